@@ -1,0 +1,115 @@
+// chorus/status.h: how every chorus call reports success or failure.
+//
+// Each API call returns a [[nodiscard]] Status (or Result<T> when it also produces a value).
+// The message names the operation and the argument, e.g.
+//   "allreduce: recv.count (10) != send.count (12)".
+// The code tells the caller what to do next; see the comments on StatusCode.
+//
+//   chorus::Status s = comm.AllReduce(send, recv, chorus::ReduceOp::kSum);
+//   if (!s.ok()) std::cerr << s << "\n";
+//
+// Thread safety: Status and Result are values; copy them freely.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace chorus {
+
+enum class StatusCode : uint8_t {
+  kOk = 0,
+  // An argument is wrong on this rank. Fix the call; the communicator is still usable when every
+  // rank rejected the same call.
+  kInvalidArgument,
+  // A wait ran past its deadline. The communicator is failed: recreate it.
+  kDeadlineExceeded,
+  // A peer is gone (exited, crashed, unreachable). Recreate the communicator without it.
+  kUnavailable,
+  // The communicator was aborted (by Abort() or by a failure on another rank). Recreate it.
+  kAborted,
+  // The call is not allowed in the current state (for example a call after a failure).
+  kFailedPrecondition,
+  // The request is valid but this build or transport does not support it.
+  kUnimplemented,
+  // A bug in chorus: please report it with the message.
+  kInternal,
+};
+
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "DEADLINE_EXCEEDED: allreduce: ..." or "OK".
+  std::string ToString() const;
+
+  // Marks a Status as deliberately dropped.
+  void IgnoreError() const {}
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Status& status);
+
+inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
+inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+
+// A value or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}                         // NOLINT: implicit on purpose
+  Result(Status status) : v_(std::move(status)) {                   // NOLINT: implicit on purpose
+    if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  // OK when a value is held.
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+
+  // Precondition: ok().
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<Status, T> v_;
+};
+
+}  // namespace chorus
+
+// Returns early from the enclosing function when `expr` yields a non-OK Status.
+#define CHORUS_RETURN_IF_ERROR(expr)              \
+  do {                                            \
+    ::chorus::Status chorus_status_ = (expr);     \
+    if (!chorus_status_.ok()) return chorus_status_; \
+  } while (0)
