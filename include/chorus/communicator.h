@@ -120,7 +120,7 @@ class Communicator {
 };
 
 // Creates `n` ranks as threads of this process: element r is rank r. Drive each from its own
-// thread. Requires 1 <= n <= 4096 and valid options.
+// thread. Requires 1 <= n <= 1024 and valid options.
 Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& options = {});
 
 }  // namespace chorus

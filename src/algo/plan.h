@@ -1,0 +1,48 @@
+// Chunk and segment arithmetic shared by the algorithms (pure functions).
+//
+// A buffer of `count` elements is split into `parts` contiguous chunks in rank order; chunk c
+// holds count / parts elements, plus one when c < count % parts, so sizes differ by at most one.
+// A chunk is cut into segments of at most `segment` elements; segment j of chunk c is
+// [j * segment, min((j + 1) * segment, Size(c))) within the chunk, and may be empty for the
+// smaller chunks. Every chunk has Segments() segments (counting empty ones), so all ranks walk
+// the same number of pipeline stages.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+namespace chorus::internal {
+
+class Partition {
+ public:
+  Partition(size_t count, int parts, size_t segment)
+      : count_(count), parts_(static_cast<size_t>(parts)), segment_(std::max<size_t>(segment, 1)) {}
+
+  size_t Size(int chunk) const {
+    return count_ / parts_ + (static_cast<size_t>(chunk) < count_ % parts_ ? 1 : 0);
+  }
+  size_t Offset(int chunk) const {
+    const size_t c = static_cast<size_t>(chunk);
+    return c * (count_ / parts_) + std::min(c, count_ % parts_);
+  }
+  // Pipeline stages: segments of the largest chunk.
+  size_t Segments() const { return (Size(0) + segment_ - 1) / segment_; }
+  // Element offset (within the whole buffer) and length of segment `seg` of `chunk`.
+  size_t SegmentOffset(int chunk, size_t seg) const {
+    return Offset(chunk) + std::min(seg * segment_, Size(chunk));
+  }
+  size_t SegmentSize(int chunk, size_t seg) const {
+    const size_t begin = std::min(seg * segment_, Size(chunk));
+    return std::min(begin + segment_, Size(chunk)) - begin;
+  }
+
+ private:
+  size_t count_;
+  size_t parts_;
+  size_t segment_;
+};
+
+// (a mod n) for a possibly negative a.
+inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace chorus::internal

@@ -1,0 +1,131 @@
+// Ring reduce-scatter, all-gather and all-reduce (see ring.h).
+#include "algo/ring.h"
+
+#include <cstring>
+
+#include "algo/plan.h"
+
+namespace chorus::internal {
+namespace {
+
+// Addresses of segments within the caller's buffers.
+class Layout {
+ public:
+  Layout(const CallContext& ctx, size_t count)
+      : p_(ctx.transport->size()),
+        elem_(ctx.elem_size),
+        part_(count, p_, ctx.segment_elems) {}
+
+  int ranks() const { return p_; }
+  size_t segments() const { return part_.Segments(); }
+  // Segment `seg` of chunk `chunk` (any integer, taken mod p) in a whole-buffer `base`.
+  template <typename T>
+  T* At(T* base, int chunk, size_t seg) const {
+    return Advance(base, part_.SegmentOffset(Mod(chunk, p_), seg));
+  }
+  // The same segment within a buffer that holds only that chunk.
+  template <typename T>
+  T* InChunk(T* base, int chunk, size_t seg) const {
+    const int c = Mod(chunk, p_);
+    return Advance(base, part_.SegmentOffset(c, seg) - part_.Offset(c));
+  }
+  size_t Size(int chunk, size_t seg) const { return part_.SegmentSize(Mod(chunk, p_), seg); }
+
+ private:
+  template <typename T>
+  T* Advance(T* base, size_t elems) const {
+    using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+    return reinterpret_cast<Byte*>(base) + elems * elem_;
+  }
+
+  int p_;
+  size_t elem_;
+  Partition part_;
+};
+
+Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (send != recv && count > 0) std::memcpy(recv, send, count * ctx.elem_size);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const Layout at(ctx, count);
+  const int p = at.ranks();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  for (size_t seg = 0; seg < at.segments(); ++seg) {
+    prims.SetSegment(seg, at.segments());
+    prims.SetStep(0, p - 1);
+    CHORUS_RETURN_IF_ERROR(prims.Send(at.At(send, r - 1, seg), at.Size(r - 1, seg)));
+    for (int s = 1; s < p - 1; ++s) {
+      prims.SetStep(s, p - 1);
+      const int c = r - 1 - s;
+      CHORUS_RETURN_IF_ERROR(prims.RecvReduceSend(at.At(send, c, seg), at.Size(c, seg)));
+    }
+    prims.SetStep(p - 2, p - 1);
+    CHORUS_RETURN_IF_ERROR(
+        prims.RecvReduceCopy(at.At(send, r, seg), at.InChunk(recv, r, seg), at.Size(r, seg)));
+  }
+  return prims.Flush();
+}
+
+Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const Layout at(ctx, count);
+  const int p = at.ranks();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  for (size_t seg = 0; seg < at.segments(); ++seg) {
+    prims.SetSegment(seg, at.segments());
+    const void* mine = at.InChunk(send, r, seg);
+    void* mine_out = at.At(recv, r, seg);
+    if (mine != mine_out) std::memcpy(mine_out, mine, at.Size(r, seg) * ctx.elem_size);
+    prims.SetStep(0, p - 1);
+    CHORUS_RETURN_IF_ERROR(prims.Send(mine, at.Size(r, seg)));
+    for (int s = 1; s < p - 1; ++s) {
+      prims.SetStep(s, p - 1);
+      CHORUS_RETURN_IF_ERROR(prims.RecvCopySend(at.At(recv, r - s, seg), at.Size(r - s, seg)));
+    }
+    prims.SetStep(p - 2, p - 1);
+    CHORUS_RETURN_IF_ERROR(prims.Recv(at.At(recv, r + 1, seg), at.Size(r + 1, seg)));
+  }
+  return prims.Flush();
+}
+
+Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const Layout at(ctx, count);
+  const int p = at.ranks();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  const int steps = 2 * (p - 1);
+  for (size_t seg = 0; seg < at.segments(); ++seg) {
+    prims.SetSegment(seg, at.segments());
+    int step = 0;
+    // Reduce-scatter: partial sums travel through staging slots.
+    prims.SetStep(step++, steps);
+    CHORUS_RETURN_IF_ERROR(prims.Send(at.At(send, r - 1, seg), at.Size(r - 1, seg)));
+    for (int s = 1; s < p - 1; ++s) {
+      prims.SetStep(step++, steps);
+      const int c = r - 1 - s;
+      CHORUS_RETURN_IF_ERROR(prims.RecvReduceSend(at.At(send, c, seg), at.Size(c, seg)));
+    }
+    // The turn: chunk r is complete here; keep it and start gathering it.
+    prims.SetStep(step++, steps);
+    CHORUS_RETURN_IF_ERROR(
+        prims.RecvReduceCopySend(at.At(send, r, seg), at.At(recv, r, seg), at.Size(r, seg)));
+    // All-gather: completed chunks are forwarded from the output buffer.
+    for (int s = 1; s < p - 1; ++s) {
+      prims.SetStep(step++, steps);
+      CHORUS_RETURN_IF_ERROR(prims.RecvCopySend(at.At(recv, r - s, seg), at.Size(r - s, seg)));
+    }
+    prims.SetStep(step, steps);
+    CHORUS_RETURN_IF_ERROR(prims.Recv(at.At(recv, r + 1, seg), at.Size(r + 1, seg)));
+  }
+  return prims.Flush();
+}
+
+}  // namespace chorus::internal

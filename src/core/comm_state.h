@@ -1,0 +1,38 @@
+// The state behind a Communicator: its transport, options, sticky failure and counters.
+// Thread safety: driven by the rank's thread; Abort() may come from any thread and only
+// touches the transport's group failure, which is atomic.
+#pragma once
+
+#include <memory>
+
+#include "chorus/communicator.h"
+#include "core/wait.h"
+#include "transport/transport.h"
+
+namespace chorus::internal {
+
+class CommState {
+ public:
+  CommState(std::unique_ptr<Transport> transport, const CommOptions& options);
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+
+  Status Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv, ReduceOp op,
+             const CallOptions& options);
+  void Abort();
+  Status health() const;
+
+  TrafficCounters traffic() const { return traffic_; }
+  void ResetTraffic() { traffic_ = {}; }
+
+ private:
+  std::unique_ptr<Transport> transport_;
+  CommOptions options_;
+  WaitPolicy policy_;
+  Status sticky_;
+  uint64_t calls_ = 0;  // every call, rejected ones included: ranks agree on it
+  TrafficCounters traffic_;
+};
+
+}  // namespace chorus::internal

@@ -1,0 +1,65 @@
+// Futex plumbing and the wait policy (see wait.h).
+#include "core/wait.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <ctime>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace chorus::internal {
+namespace {
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  // The futex word is the atomic's object representation; std::atomic<uint32_t> is lock-free
+  // and layout-compatible with uint32_t on Linux.
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+// Not FUTEX_PRIVATE_FLAG: the same code sleeps on doorbells in shared memory across processes.
+void Doorbell::Wake() { Futex(&seq_, FUTEX_WAKE, INT_MAX, nullptr); }
+
+void Doorbell::FutexWait(uint32_t seen, Deadline until) {
+  const auto left = until - Clock::now();
+  if (left <= Clock::duration::zero()) return;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  // EAGAIN (the word moved), EINTR and ETIMEDOUT all mean: go back and look.
+  Futex(&seq_, FUTEX_WAIT, seen, &ts);
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
+  using std::chrono::microseconds;
+  if (ranks_on_this_host <= UsableCpus()) return {microseconds(50), microseconds(200)};
+  return {microseconds(0), microseconds(1000)};
+}
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+void YieldCpu() { sched_yield(); }
+
+}  // namespace chorus::internal

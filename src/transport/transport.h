@@ -1,0 +1,94 @@
+// The transport interface: ordered, credit-limited message queues between ranks.
+//
+// Between every ordered pair of ranks there is a FIFO of at most `depth` messages in flight.
+// A sender reserves a staging slot (which is also its credit), fills it (or, on a zero-copy
+// transport, points at its own memory instead), and posts. A receiver peeks at the oldest
+// message, reads it in place, and releases it, which returns the credit. Nothing here blocks:
+// every call answers at once, and the caller waits on doorbell() between attempts (core/wait.h).
+//
+// Transports know nothing of reductions or algorithms; algorithms know nothing of how the bytes
+// travel. Each transport lives in src/transport/<name>/ with the same file set.
+//
+// Thread safety: a Transport object belongs to one rank and is used by one thread, except
+// Fail() and failure(), which any thread may call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "chorus/communicator.h"
+#include "chorus/status.h"
+#include "core/wait.h"
+
+namespace chorus::internal {
+
+// Identifies one collective call. Every message carries it so that a receiver can prove the
+// sender is in the same call with the same arguments.
+struct CallTag {
+  uint64_t call_index = 0;  // calls made on this communicator before this one, rejected included
+  uint64_t count = 0;       // the caller's total buffer count (see model/cost_model.h)
+  CollectiveKind kind = CollectiveKind::kAllReduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+
+  bool operator==(const CallTag&) const = default;
+};
+
+// "allreduce #3 (count 8, float32, sum)".
+std::string Describe(const CallTag& tag);
+
+struct Message {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  CallTag tag;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Bytes in each staging slot; a message never exceeds it.
+  virtual size_t slot_bytes() const = 0;
+  // True when a posted message may point at the sender's own memory (shared address space).
+  virtual bool zero_copy() const = 0;
+  // How many ranks share this host's cores (drives the wait policy).
+  virtual int ranks_on_host() const = 0;
+
+  // The staging slot for the next message to `peer`, or nullptr while all credits are used.
+  virtual void* TryReserve(int peer) = 0;
+  // Posts the next message to `peer`. Precondition: the last TryReserve(peer) succeeded and
+  // nothing was posted to `peer` since. `m.data` is that slot or, when zero_copy(), memory of
+  // the caller's that stays valid and unchanged until Drained(peer).
+  virtual void Post(int peer, const Message& m) = 0;
+  // The oldest unreleased message from `peer`, if one has arrived.
+  virtual bool TryPeek(int peer, Message* m) = 0;
+  // Releases the message TryPeek(peer) returned.
+  virtual void Release(int peer) = 0;
+  // True when `peer` has released every message posted to it.
+  virtual bool Drained(int peer) = 0;
+
+  // This rank's doorbell: rung whenever a message or a credit arrives, or the group fails.
+  virtual Doorbell& doorbell() = 0;
+
+  // Group-wide failure: the first Fail() wins; every rank's waits are interrupted.
+  virtual void Fail(const Status& status) = 0;
+  virtual bool failed() const = 0;
+  virtual Status failure() const = 0;
+
+  // Records that this rank has started call `call_index` (for diagnosing timeouts).
+  virtual void Enter(uint64_t call_index) = 0;
+  // "ranks 2, 3 have not started call #4", or "" when every rank has.
+  virtual std::string Absentees(uint64_t call_index) const = 0;
+
+  // Tells the other ranks that this rank rejected call `call_index` and will not take part.
+  virtual void Reject(uint64_t call_index, const std::string& reason) = 0;
+  // If some rank rejected `call_index`: an Aborted status naming it; OK otherwise.
+  virtual Status Rejection(uint64_t call_index) const = 0;
+  // Cheap (lock-free) form of !Rejection(call_index).ok(), polled while waiting.
+  virtual bool Rejected(uint64_t call_index) const = 0;
+};
+
+}  // namespace chorus::internal
