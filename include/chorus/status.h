@@ -108,8 +108,12 @@ class [[nodiscard]] Result {
 }  // namespace chorus
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.
-#define CHORUS_RETURN_IF_ERROR(expr)              \
-  do {                                            \
-    ::chorus::Status chorus_status_ = (expr);     \
-    if (!chorus_status_.ok()) return chorus_status_; \
+#define CHORUS_RETURN_IF_ERROR(expr) \
+  CHORUS_RETURN_IF_ERROR_IMPL_(CHORUS_CONCAT_(chorus_status_, __COUNTER__), expr)
+#define CHORUS_RETURN_IF_ERROR_IMPL_(var, expr) \
+  do {                                          \
+    ::chorus::Status var = (expr);              \
+    if (!var.ok()) return var;                  \
   } while (0)
+#define CHORUS_CONCAT_(a, b) CHORUS_CONCAT_INNER_(a, b)
+#define CHORUS_CONCAT_INNER_(a, b) a##b

@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "transport/thread/thread_transport.h"
+#include "transport/control.h"
 
 namespace chorus::internal {
 namespace {

@@ -10,7 +10,7 @@
 // travel. Each transport lives in src/transport/<name>/ with the same file set.
 //
 // Thread safety: a Transport object belongs to one rank and is used by one thread, except
-// Fail() and failure(), which any thread may call.
+// Fail(), failed() and failure(), which any thread may call.
 #pragma once
 
 #include <cstddef>
@@ -75,7 +75,9 @@ class Transport {
 
   // Group-wide failure: the first Fail() wins; every rank's waits are interrupted.
   virtual void Fail(const Status& status) = 0;
-  virtual bool failed() const = 0;
+  // True once the group has failed. May also notice a dead peer and fail the group itself,
+  // hence not const.
+  virtual bool failed() = 0;
   virtual Status failure() const = 0;
 
   // Records that this rank has started call `call_index` (for diagnosing timeouts).

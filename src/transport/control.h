@@ -1,0 +1,127 @@
+// Group control state and message queues that every rank of a group maps.
+//
+// The same structures serve ranks that share an address space (thread transport: they live on
+// the heap) and ranks that share only a memory segment (shm transport: they live in the
+// segment, and the futex doorbells wake across processes). So everything here is fixed-size,
+// position-independent (no pointers, no std::string) and uses only lock-free atomics.
+//
+//   Control      doorbells, the first failure, rejection notices, per-rank progress
+//   Mailbox      one ordered pair's queue of message descriptors with credits
+//
+// Thread safety: every member is safe to use from any rank; see the comments for who writes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "chorus/status.h"
+#include "core/wait.h"
+#include "transport/transport.h"
+
+namespace chorus::internal {
+
+inline constexpr int kMaxPipelineDepth = 16;
+
+// A message as it sits in a mailbox: `where` is a pointer (thread transport) or an offset into
+// the shared segment (shm transport).
+struct WireMessage {
+  uint64_t where = 0;
+  uint64_t bytes = 0;
+  CallTag tag;
+};
+
+// Single producer (the sender), single consumer (the receiver), `depth` credits.
+struct Mailbox {
+  alignas(64) std::atomic<uint64_t> head{0};  // messages posted; written by the sender
+  alignas(64) std::atomic<uint64_t> tail{0};  // messages released; written by the receiver
+  WireMessage ring[kMaxPipelineDepth];
+
+  // Sender side.
+  bool HasCredit(int depth) const {
+    return head.load(std::memory_order_relaxed) - tail.load(std::memory_order_acquire) <
+           static_cast<uint64_t>(depth);
+  }
+  uint64_t next() const { return head.load(std::memory_order_relaxed); }
+  void Post(const WireMessage& m, int depth) {
+    const uint64_t h = head.load(std::memory_order_relaxed);
+    ring[h % static_cast<uint64_t>(depth)] = m;
+    head.store(h + 1, std::memory_order_release);
+  }
+  bool Drained() const {
+    return tail.load(std::memory_order_acquire) == head.load(std::memory_order_relaxed);
+  }
+
+  // Receiver side.
+  bool Peek(WireMessage* m, int depth) const {
+    const uint64_t t = tail.load(std::memory_order_relaxed);
+    if (head.load(std::memory_order_acquire) == t) return false;
+    *m = ring[t % static_cast<uint64_t>(depth)];
+    return true;
+  }
+  void Release() {
+    tail.store(tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+};
+
+class Control {
+ public:
+  // Bytes needed for a group of `size` ranks (a multiple of 64).
+  static size_t Bytes(int size);
+  // Constructs the control block in `memory` (Bytes(size) bytes, 64-byte aligned).
+  static Control* Create(void* memory, int size);
+  // The control block that Create() put at `memory` (possibly in another process).
+  static Control* At(void* memory) { return static_cast<Control*>(memory); }
+
+  int size() const { return size_; }
+  Doorbell& bell(int rank) { return ranks()[rank].bell; }
+  void RingAll();
+
+  // The first failure wins; every rank's waits are interrupted.
+  void Fail(const Status& status);
+  bool failed() const { return fail_state_.load(std::memory_order_acquire) != 0; }
+  Status failure() const;
+
+  void Enter(int rank, uint64_t call_index);
+  std::string Absentees(uint64_t call_index) const;
+
+  void Reject(int rank, uint64_t call_index, const std::string& reason);
+  Status Rejection(int rank, uint64_t call_index) const;
+  bool Rejected(int rank, uint64_t call_index) const;
+
+  void SetPid(int rank, int pid) { ranks()[rank].pid.store(pid, std::memory_order_release); }
+  int pid(int rank) const { return ranks()[rank].pid.load(std::memory_order_acquire); }
+
+ private:
+  static constexpr size_t kMessageWords = 64;  // failure and rejection texts: 512 bytes
+
+  // Text stored in relaxed atomic words, so a reader racing a writer reads garbage at worst,
+  // never undefined behaviour.
+  struct Text {
+    std::atomic<uint64_t> words[kMessageWords];
+    void Store(const std::string& s);
+    std::string Load() const;
+  };
+
+  struct alignas(64) RankControl {
+    Doorbell bell;
+    std::atomic<uint64_t> started{0};        // calls started, for diagnostics
+    std::atomic<uint64_t> rejected_call{0};  // index + 1 of the last call it rejected
+    std::atomic<int32_t> pid{0};
+    Text rejected_why;
+  };
+
+  explicit Control(int size) : size_(size) {}
+  RankControl* ranks() { return reinterpret_cast<RankControl*>(this + 1); }
+  const RankControl* ranks() const { return reinterpret_cast<const RankControl*>(this + 1); }
+
+  int size_;
+  // 0 = healthy, 1 = a failure is being written, 2 = failure readable.
+  alignas(64) std::atomic<uint32_t> fail_state_{0};
+  std::atomic<int32_t> fail_code_{0};
+  std::atomic<uint64_t> latest_rejection_{0};  // max rejected_call, to skip the scan
+  Text fail_message_;
+};
+
+}  // namespace chorus::internal
