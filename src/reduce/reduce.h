@@ -32,4 +32,9 @@ struct Kernel {
 // Precondition: IsValid(dtype) && IsValid(op).
 const Kernel& GetKernel(DataType dtype, ReduceOp op);
 
+// Instruction-set variants, best last; GetKernel uses the best one this CPU runs.
+enum Variant : int { kPortable = 0, kAvxF16c = 1, kAvx2F16c = 2, kNumVariants = 3 };
+// The kernel of one variant, or nullptr when this CPU lacks it (tests reach every variant).
+const Kernel* GetKernelVariant(int variant, DataType dtype, ReduceOp op);
+
 }  // namespace chorus::reduce
