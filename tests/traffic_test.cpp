@@ -21,7 +21,7 @@ class TrafficMatchesModel : public ::testing::TestWithParam<TrafficParam> {};
 TEST_P(TrafficMatchesModel, PerRankPerKind) {
   const auto [p, count] = GetParam();
   // A small segment so that segmentation is exercised; it must not change the bytes.
-  auto group = CreateLocalGroup(p, {.segment_bytes = 256});
+  auto group = CreateLocalGroup(p, {.segment_bytes = 256, .algorithm = "ring"});
   ASSERT_TRUE(group.ok()) << group.status();
   const size_t block = count / static_cast<size_t>(p);  // RS / AG need a multiple of p
   const size_t even = block * static_cast<size_t>(p);
@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(Ring, TrafficMatchesModel, ::testing::ValuesIn(Params()
                          });
 
 TEST(TrafficMatchesModel, TheSeedsFigures) {
-  auto group = CreateLocalGroup(4);
+  auto group = CreateLocalGroup(4, {.algorithm = "ring"});
   ASSERT_TRUE(group.ok());
   testing::RunRanks(*group, [](Communicator& comm) {
     std::vector<float> grad(8, 1.0f), shard(2);

@@ -76,8 +76,16 @@ class Communicator {
   Communicator& operator=(Communicator&&) noexcept;
   ~Communicator();
 
+  // Joins a communicator of options.size ranks as options.rank, meeting the others through
+  // options.store (or options.store_url) and picking a transport (see TransportKind). Every
+  // rank calls it with the same size, name and store; it returns once all have joined, or
+  // kDeadlineExceeded naming the ranks that did not within options.timeout.
+  static Result<Communicator> Create(const CommOptions& options);
+
   int rank() const;
   int size() const;
+  // The transport this communicator runs on (never kAuto).
+  TransportKind transport() const;
 
   Status AllReduce(ConstBuffer send, MutableBuffer recv, ReduceOp op,
                    const CallOptions& options = {});
@@ -118,6 +126,19 @@ class Communicator {
  private:
   std::unique_ptr<internal::CommState> state_;
 };
+
+// Options for Communicator::Create from the environment a launcher set, on top of `base`.
+// Precedence, first match wins for each of rank, size and store:
+//   1. chorus launch / by hand: CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_STORE (tcp:// or file://)
+//   2. torchrun: RANK, WORLD_SIZE, MASTER_ADDR + MASTER_PORT (rank 0 serves the store; under
+//      torchrun itself, whose agent holds MASTER_PORT, on MASTER_PORT + 1)
+//   3. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+//   4. MPICH / PMI: PMI_RANK, PMI_SIZE
+//   5. Slurm: SLURM_PROCID, SLURM_NTASKS
+// Under 3-5 without a store variable, ranks on one host meet in a file store under /tmp named
+// after the launcher's job. CHORUS_TIMEOUT_MS overrides base.timeout. Values already set in
+// `base` (rank >= 0, size > 0, a store) are kept. Errors name the variable and its value.
+Result<CommOptions> CommOptionsFromEnvironment(CommOptions base = {});
 
 // Creates `n` ranks as threads of this process: element r is rank r. Drive each from its own
 // thread. Requires 1 <= n <= 1024 and valid options.

@@ -11,13 +11,22 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "chorus/store.h"
+
 namespace chorus {
 
-// How ranks exchange data. kThread: ranks are threads of one process (CreateLocalGroup).
-enum class TransportKind : uint8_t { kAuto, kThread };
+// How ranks exchange data.
+//   kThread  threads of one process (CreateLocalGroup)
+//   kShm     processes on one host, through a shared-memory segment
+//   kTcp     hosts (not in this build yet)
+//   kAuto    thread for CreateLocalGroup; for Communicator::Create, shm when every rank is on
+//            this host (same hostname and boot id), otherwise an error saying TCP is needed
+enum class TransportKind : uint8_t { kAuto, kThread, kShm, kTcp };
+std::string_view TransportKindName(TransportKind kind);
 
 struct CommOptions {
   // Every wait inside a collective ends by this deadline; the call then returns
@@ -29,6 +38,22 @@ struct CommOptions {
   // Staging slots per link: how many segments a sender may run ahead of its receiver.
   int pipeline_depth = 4;
   TransportKind transport = TransportKind::kAuto;
+  // The algorithm every call uses unless CallOptions::algorithm says otherwise; empty lets the
+  // selection table choose per call (`chorus bench --list-algos` prints it).
+  std::string algorithm;
+
+  // Communicator::Create only (CreateLocalGroup ignores them); CommOptionsFromEnvironment fills
+  // them in from a launcher's variables.
+  int rank = -1;
+  int size = 0;
+  // Where the ranks meet: a Store object, or the URL of one ("tcp://host:port",
+  // "file:///path"). A given `store` wins over `store_url`.
+  std::shared_ptr<Store> store;
+  std::string store_url;
+  // Rank 0 serves `store_url` itself (a TcpStoreServer on its port), as torchrun's MASTER_PORT.
+  bool host_store = false;
+  // Communicators that meet through the same store need distinct names.
+  std::string name = "world";
 };
 
 struct CallOptions {
@@ -36,6 +61,8 @@ struct CallOptions {
   std::optional<std::chrono::milliseconds> timeout;
   // Overrides CommOptions::segment_bytes for this call; must not exceed it.
   std::optional<size_t> segment_bytes;
+  // Runs this algorithm ("ring", "oneshot", "direct", ...) instead of the selected one.
+  std::string algorithm;
 };
 
 }  // namespace chorus

@@ -1,10 +1,13 @@
-// The fused primitives (see primitives.h).
+// Channel and the fused ring primitives (see primitives.h).
 #include "algo/primitives.h"
+
+#include "algo/select.h"
 
 #include <cstring>
 #include <string>
 
 namespace chorus::internal {
+
 std::string Describe(const CallTag& tag) {
   std::string s(CollectiveKindName(tag.kind));
   s += " #" + std::to_string(tag.call_index) + " (count " + std::to_string(tag.count) + ", ";
@@ -13,13 +16,17 @@ std::string Describe(const CallTag& tag) {
     s += ", ";
     s += ReduceOpName(tag.op);
   }
+  const auto algorithms = Algorithms();
+  if (tag.algorithm < algorithms.size()) {
+    s += ", ";
+    s += algorithms[tag.algorithm].name;
+  }
   return s + ")";
 }
 
-Primitives::Primitives(const CallContext& ctx, int recv_peer, int send_peer)
-    : ctx_(ctx), t_(*ctx.transport), recv_peer_(recv_peer), send_peer_(send_peer) {}
+Channel::Channel(const CallContext& ctx) : ctx_(ctx), t_(*ctx.transport) {}
 
-Status Primitives::WaitFailed(WaitResult result, const char* what, int peer) {
+Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   const std::string op(CollectiveKindName(ctx_.tag.kind));
   const std::string me = "rank " + std::to_string(t_.rank());
   Status status;
@@ -37,6 +44,9 @@ Status Primitives::WaitFailed(WaitResult result, const char* what, int peer) {
   } else if (t_.failed()) {
     const Status cause = t_.failure();
     return Status(cause.code(), op + ": " + me + " stopped: " + cause.message());
+  } else if (!t_.PeerAlive(peer)) {
+    status = Unavailable(op + ": " + me + " stopped: " + t_.DescribeDeath(peer) +
+                         " while this rank waited for " + what + " it");
   } else {
     const Status cause = t_.Rejection(ctx_.tag.call_index);
     status = Aborted(op + ": " + me + " stopped: " + cause.message());
@@ -45,17 +55,18 @@ Status Primitives::WaitFailed(WaitResult result, const char* what, int peer) {
   return status;
 }
 
-Status Primitives::AwaitIncoming(size_t n, Message* m) {
+Status Channel::Await(int peer, size_t n, Message* m) {
   Transport& t = t_;
   const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r = WaitUntil([&] { return t.TryPeek(recv_peer_, m); },
-                                 [&] { return t.failed() || t.Rejected(call); }, t.doorbell(),
-                                 ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "data from", recv_peer_);
+  const WaitResult r =
+      WaitUntil([&] { return t.TryPeek(peer, m); },
+                [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
+                t.doorbell(), ctx_.policy, ctx_.deadline);
+  if (r != WaitResult::kReady) return WaitFailed(r, "data from", peer);
   if (!(m->tag == ctx_.tag)) {
     Status status = InvalidArgument(
         std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
-        std::to_string(recv_peer_) + " is in " + Describe(m->tag) + ", rank " +
+        std::to_string(peer) + " is in " + Describe(m->tag) + ", rank " +
         std::to_string(t_.rank()) + " is in " + Describe(ctx_.tag));
     t_.Fail(status);
     return status;
@@ -64,101 +75,120 @@ Status Primitives::AwaitIncoming(size_t n, Message* m) {
     Status status = Internal(std::string(CollectiveKindName(ctx_.tag.kind)) + ": rank " +
                              std::to_string(t_.rank()) + " expected " +
                              std::to_string(n * ctx_.elem_size) + " bytes from rank " +
-                             std::to_string(recv_peer_) + ", got " + std::to_string(m->bytes));
+                             std::to_string(peer) + ", got " + std::to_string(m->bytes));
     t_.Fail(status);
     return status;
   }
   return Status::Ok();
 }
 
-Status Primitives::AwaitSlot(void** slot) {
-  Transport& t = t_;
-  const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r = WaitUntil([&] { return (*slot = t.TryReserve(send_peer_)) != nullptr; },
-                                 [&] { return t.failed() || t.Rejected(call); }, t.doorbell(),
-                                 ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "a free slot from", send_peer_);
-  return Status::Ok();
-}
-
-void Primitives::Publish(const void* data, size_t n) {
-  const size_t bytes = n * ctx_.elem_size;
-  t_.Post(send_peer_, Message{data, bytes, ctx_.tag});
-  ctx_.traffic->bytes_sent += bytes;
-}
-
-void Primitives::Consume(const Message& m) {
-  t_.Release(recv_peer_);
+void Channel::Done(int peer, const Message& m) {
+  t_.Release(peer);
   ctx_.traffic->bytes_received += m.bytes;
 }
 
-Status Primitives::Send(const void* src, size_t n) {
-  void* slot = nullptr;
-  CHORUS_RETURN_IF_ERROR(AwaitSlot(&slot));
-  if (!t_.zero_copy()) {
-    std::memcpy(slot, src, n * ctx_.elem_size);
-    src = slot;
-  }
-  Publish(src, n);
+Status Channel::Reserve(int peer, void** slot) {
+  Transport& t = t_;
+  const uint64_t call = ctx_.tag.call_index;
+  const WaitResult r = WaitUntil([&] { return (*slot = t.TryReserve(peer)) != nullptr; },
+                                 [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
+                                 t.doorbell(),
+                                 ctx_.policy, ctx_.deadline);
+  if (r != WaitResult::kReady) return WaitFailed(r, "a free slot from", peer);
   return Status::Ok();
 }
 
+void Channel::Publish(int peer, const void* data, size_t n) {
+  const size_t bytes = n * ctx_.elem_size;
+  t_.Post(peer, Message{data, bytes, ctx_.tag});
+  ctx_.traffic->bytes_sent += bytes;
+}
+
+Status Channel::SendCopy(int peer, const void* src, size_t n) {
+  void* slot = nullptr;
+  CHORUS_RETURN_IF_ERROR(Reserve(peer, &slot));
+  if (n > 0) std::memcpy(slot, src, n * ctx_.elem_size);
+  Publish(peer, slot, n);
+  return Status::Ok();
+}
+
+Status Channel::SendRef(int peer, const void* src, size_t n) {
+  if (!t_.zero_copy()) return SendCopy(peer, src, n);
+  Transport& t = t_;
+  const uint64_t call = ctx_.tag.call_index;
+  const WaitResult r = WaitUntil([&] { return t.TryCredit(peer); },
+                                 [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
+                                 t.doorbell(),
+                                 ctx_.policy, ctx_.deadline);
+  if (r != WaitResult::kReady) return WaitFailed(r, "a free slot from", peer);
+  Publish(peer, src, n);
+  return Status::Ok();
+}
+
+Status Channel::Flush(int peer) {
+  Transport& t = t_;
+  const WaitResult r = WaitUntil([&] { return t.Drained(peer); },
+                                 [&] { return t.failed() || !t.PeerAlive(peer); }, t.doorbell(),
+                                 ctx_.policy, ctx_.deadline);
+  if (r != WaitResult::kReady) return WaitFailed(r, "the last release from", peer);
+  return Status::Ok();
+}
+
+Primitives::Primitives(const CallContext& ctx, int recv_peer, int send_peer)
+    : Channel(ctx), recv_peer_(recv_peer), send_peer_(send_peer) {}
+
+Status Primitives::Send(const void* src, size_t n) { return SendRef(send_peer_, src, n); }
+
 Status Primitives::Recv(void* dst, size_t n) {
   Message m;
-  CHORUS_RETURN_IF_ERROR(AwaitIncoming(n, &m));
+  CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   std::memcpy(dst, m.data, m.bytes);
-  Consume(m);
+  Done(recv_peer_, m);
   return Status::Ok();
 }
 
 Status Primitives::RecvReduceSend(const void* local, size_t n) {
   Message m;
-  CHORUS_RETURN_IF_ERROR(AwaitIncoming(n, &m));
+  CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   void* slot = nullptr;
-  CHORUS_RETURN_IF_ERROR(AwaitSlot(&slot));
-  ctx_.kernel->combine(slot, m.data, local, n);
-  Consume(m);
-  Publish(slot, n);
+  CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
+  ctx().kernel->combine(slot, m.data, local, n);
+  Done(recv_peer_, m);
+  Publish(send_peer_, slot, n);
   return Status::Ok();
 }
 
 Status Primitives::RecvReduceCopy(const void* local, void* dst, size_t n) {
   Message m;
-  CHORUS_RETURN_IF_ERROR(AwaitIncoming(n, &m));
-  ctx_.kernel->finish(dst, m.data, local, n, t_.size());
-  Consume(m);
+  CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
+  ctx().kernel->finish(dst, m.data, local, n, transport().size());
+  Done(recv_peer_, m);
   return Status::Ok();
 }
 
 Status Primitives::RecvReduceCopySend(const void* local, void* dst, size_t n) {
   Message m;
-  CHORUS_RETURN_IF_ERROR(AwaitIncoming(n, &m));
+  CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   void* slot = nullptr;
-  CHORUS_RETURN_IF_ERROR(AwaitSlot(&slot));
-  ctx_.kernel->finish(dst, m.data, local, n, t_.size());
-  Consume(m);
-  if (!t_.zero_copy()) std::memcpy(slot, dst, n * ctx_.elem_size);
-  Publish(t_.zero_copy() ? dst : slot, n);
+  CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
+  ctx().kernel->finish(dst, m.data, local, n, transport().size());
+  Done(recv_peer_, m);
+  const bool zero_copy = transport().zero_copy();
+  if (!zero_copy) std::memcpy(slot, dst, n * ctx().elem_size);
+  Publish(send_peer_, zero_copy ? dst : slot, n);
   return Status::Ok();
 }
 
 Status Primitives::RecvCopySend(void* dst, size_t n) {
   Message m;
-  CHORUS_RETURN_IF_ERROR(AwaitIncoming(n, &m));
+  CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   void* slot = nullptr;
-  CHORUS_RETURN_IF_ERROR(AwaitSlot(&slot));
+  CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
   std::memcpy(dst, m.data, m.bytes);
-  Consume(m);
-  if (!t_.zero_copy()) std::memcpy(slot, dst, m.bytes);
-  Publish(t_.zero_copy() ? dst : slot, n);
-  return Status::Ok();
-}
-
-Status Primitives::Flush() {
-  Transport& t = t_;
-  const WaitResult r = WaitUntil([&] { return t.Drained(send_peer_); }, [&] { return t.failed(); },
-                                 t.doorbell(), ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "the last release from", send_peer_);
+  Done(recv_peer_, m);
+  const bool zero_copy = transport().zero_copy();
+  if (!zero_copy) std::memcpy(slot, dst, m.bytes);
+  Publish(send_peer_, zero_copy ? dst : slot, n);
   return Status::Ok();
 }
 

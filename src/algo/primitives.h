@@ -36,13 +36,16 @@ struct CallContext {
   size_t segment_elems = 0;  // elements per message
   Deadline deadline;
   std::chrono::milliseconds timeout{0};  // for messages
+  std::byte* scratch = nullptr;           // segment_elems elements of this rank's own
   WaitPolicy policy;
   Traffic* traffic = nullptr;  // counters of this call's kind
 };
 
-class Primitives {
+// Per-peer operations with waiting, checking and counting; the building block of every
+// algorithm. A message is one segment.
+class Channel {
  public:
-  Primitives(const CallContext& ctx, int recv_peer, int send_peer);
+  explicit Channel(const CallContext& ctx);
 
   // Where the schedule is, for error messages: "step 3 of 6, segment 2 of 4".
   void SetStep(int step, int steps) {
@@ -54,32 +57,55 @@ class Primitives {
     segments_ = segments;
   }
 
+  // The next message from `peer`, which must hold `n` elements of this call.
+  Status Await(int peer, size_t n, Message* m);
+  // Releases the message Await(peer) returned.
+  void Done(int peer, const Message& m);
+  // A staging slot for the next message to `peer`.
+  Status Reserve(int peer, void** slot);
+  // Posts `n` elements at `data` (the reserved slot, or on a zero-copy transport memory that
+  // stays unchanged until Flush(peer)) to `peer`.
+  void Publish(int peer, const void* data, size_t n);
+  // Sends `n` elements through a staging slot: the caller may reuse `src` at once.
+  Status SendCopy(int peer, const void* src, size_t n);
+  // Sends `n` elements at `src`: by reference on a zero-copy transport (then `src` must stay
+  // unchanged until Flush(peer)), else through a staging slot.
+  Status SendRef(int peer, const void* src, size_t n);
+  // Waits until `peer` has released every message, so the caller's buffers may be reused.
+  Status Flush(int peer);
+
+  const CallContext& ctx() const { return ctx_; }
+  Transport& transport() const { return t_; }
+
+ private:
+  // Turns a wait that did not succeed into the call's error and fails the group.
+  Status WaitFailed(WaitResult result, const char* what, int peer);
+
+  const CallContext& ctx_;
+  Transport& t_;
+  int step_ = 0;
+  int steps_ = 0;
+  size_t segment_ = 0;
+  size_t segments_ = 0;
+};
+
+// The fused ring primitives over a fixed pair of neighbours.
+class Primitives : public Channel {
+ public:
+  Primitives(const CallContext& ctx, int recv_peer, int send_peer);
+
   Status Send(const void* src, size_t n);
   Status Recv(void* dst, size_t n);
   Status RecvReduceSend(const void* local, size_t n);
   Status RecvReduceCopy(const void* local, void* dst, size_t n);
   Status RecvReduceCopySend(const void* local, void* dst, size_t n);
   Status RecvCopySend(void* dst, size_t n);
-
   // Waits until send_peer has released every message, so the caller's buffers may be reused.
-  Status Flush();
+  Status Flush() { return Channel::Flush(send_peer_); }
 
  private:
-  Status AwaitIncoming(size_t n, Message* m);
-  Status AwaitSlot(void** slot);
-  void Publish(const void* data, size_t n);
-  void Consume(const Message& m);
-  // Turns a wait that did not succeed into the call's error and fails the group.
-  Status WaitFailed(WaitResult result, const char* what, int peer);
-
-  const CallContext& ctx_;
-  Transport& t_;
   const int recv_peer_;
   const int send_peer_;
-  int step_ = 0;
-  int steps_ = 0;
-  size_t segment_ = 0;
-  size_t segments_ = 0;
 };
 
 }  // namespace chorus::internal

@@ -13,10 +13,13 @@ namespace chorus::internal {
 
 class CommState {
  public:
-  CommState(std::unique_ptr<Transport> transport, const CommOptions& options);
+  CommState(std::unique_ptr<Transport> transport, TransportKind kind, const CommOptions& options);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
+  TransportKind transport() const { return kind_; }
+  // Keeps the store server this rank hosts alive as long as the communicator.
+  void HostStore(std::unique_ptr<TcpStoreServer> server) { store_server_ = std::move(server); }
 
   Status Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv, ReduceOp op,
              const CallOptions& options);
@@ -27,10 +30,13 @@ class CommState {
   void ResetTraffic() { traffic_ = {}; }
 
  private:
+  std::unique_ptr<TcpStoreServer> store_server_;
   std::unique_ptr<Transport> transport_;
+  TransportKind kind_;
   CommOptions options_;
   WaitPolicy policy_;
   Status sticky_;
+  std::unique_ptr<std::byte[]> scratch_;  // one segment, for algorithms that reduce in place
   uint64_t calls_ = 0;  // every call, rejected ones included: ranks agree on it
   TrafficCounters traffic_;
 };

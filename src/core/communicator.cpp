@@ -1,10 +1,11 @@
 // Communicator: the API edge. Validates once, then hands the call to an algorithm.
 #include "chorus/communicator.h"
 
+#include <cstring>
 #include <string>
 
 #include "algo/primitives.h"
-#include "algo/ring.h"
+#include "algo/select.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
 #include "reduce/reduce.h"
@@ -13,10 +14,15 @@
 namespace chorus {
 namespace internal {
 
-CommState::CommState(std::unique_ptr<Transport> transport, const CommOptions& options)
+CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
+                     const CommOptions& options)
     : transport_(std::move(transport)),
+      kind_(kind),
       options_(options),
-      policy_(WaitPolicy::For(transport_->ranks_on_host())) {}
+      policy_(WaitPolicy::For(transport_->ranks_on_host())),
+      scratch_(std::make_unique<std::byte[]>(transport_->slot_bytes())) {
+  std::memset(scratch_.get(), 0, transport_->slot_bytes());  // touch it now, not mid-call
+}
 
 Status CommState::health() const {
   if (!sticky_.ok()) return sticky_;
@@ -32,8 +38,9 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
                       const CallOptions& options) {
   const uint64_t call = calls_++;
   if (!sticky_.ok()) return sticky_;
-  if (transport_->failed()) {
-    const Status cause = transport_->failure();
+  // The recorded failure only: a peer that already left is no reason to refuse a call that
+  // may not need it (a zero count); waits notice dead peers they depend on.
+  if (const Status cause = transport_->failure(); !cause.ok()) {
     sticky_ = Status(cause.code(), std::string(CollectiveKindName(kind)) + ": rank " +
                                        std::to_string(rank()) + " cannot start: " +
                                        cause.message());
@@ -46,10 +53,15 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
     return invalid;
   }
 
-  transport_->Enter(call);
-
   const size_t total = kind == CollectiveKind::kAllGather ? recv.count : send.count;
   const size_t elem = DataTypeSize(send.dtype);
+  const std::string& requested = options.algorithm.empty() ? options_.algorithm : options.algorithm;
+  auto algorithm = SelectAlgorithm({kind, kind_, size(), total * elem}, requested);
+  if (!algorithm.ok()) {
+    transport_->Reject(call, algorithm.status().message());
+    return algorithm.status();
+  }
+  transport_->Enter(call);
   const std::chrono::milliseconds timeout = options.timeout.value_or(options_.timeout);
   const size_t segment_bytes = options.segment_bytes.value_or(transport_->slot_bytes());
 
@@ -59,26 +71,17 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   ctx.transport = transport_.get();
   ctx.kernel = kind == CollectiveKind::kAllGather ? nullptr : &reduce::GetKernel(send.dtype, op);
   ctx.tag = CallTag{call, total, kind, send.dtype,
-                    kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op};
+                    kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op,
+                    static_cast<uint8_t>(*algorithm - Algorithms().data())};
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
   ctx.deadline = Clock::now() + timeout;
   ctx.timeout = timeout;
   ctx.policy = policy_;
   ctx.traffic = &traffic;
+  ctx.scratch = scratch_.get();
 
-  Status status;
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      status = RingAllReduce(ctx, send.data, recv.data, total);
-      break;
-    case CollectiveKind::kReduceScatter:
-      status = RingReduceScatter(ctx, send.data, recv.data, total);
-      break;
-    case CollectiveKind::kAllGather:
-      status = RingAllGather(ctx, send.data, recv.data, total);
-      break;
-  }
+  const Status status = (*algorithm)->run(ctx, send.data, recv.data, total);
   if (!status.ok()) {
     sticky_ = status;
     return status;
@@ -99,6 +102,7 @@ Communicator::~Communicator() = default;
 
 int Communicator::rank() const { return state_->rank(); }
 int Communicator::size() const { return state_->size(); }
+TransportKind Communicator::transport() const { return state_->transport(); }
 
 Status Communicator::AllReduce(ConstBuffer send, MutableBuffer recv, ReduceOp op,
                                const CallOptions& options) {
@@ -130,7 +134,8 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   comms.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto transport = std::make_unique<internal::ThreadTransport>(group, r);
-    comms.emplace_back(std::make_unique<internal::CommState>(std::move(transport), options));
+    comms.emplace_back(std::make_unique<internal::CommState>(std::move(transport),
+                                                             TransportKind::kThread, options));
   }
   return comms;
 }

@@ -31,6 +31,7 @@ struct CallTag {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  uint8_t algorithm = 0;  // index in the selection table (algo/select.h)
 
   bool operator==(const CallTag&) const = default;
 };
@@ -57,10 +58,13 @@ class Transport {
   // How many ranks share this host's cores (drives the wait policy).
   virtual int ranks_on_host() const = 0;
 
+  // True when a message may be posted to `peer` now (a credit is free). For zero-copy posts
+  // of the caller's memory, which need no staging slot.
+  virtual bool TryCredit(int peer) = 0;
   // The staging slot for the next message to `peer`, or nullptr while all credits are used.
   virtual void* TryReserve(int peer) = 0;
-  // Posts the next message to `peer`. Precondition: the last TryReserve(peer) succeeded and
-  // nothing was posted to `peer` since. `m.data` is that slot or, when zero_copy(), memory of
+  // Posts the next message to `peer`. Precondition: the last TryReserve(peer) or
+  // TryCredit(peer) succeeded and nothing was posted to `peer` since. `m.data` is that slot or, when zero_copy(), memory of
   // the caller's that stays valid and unchanged until Drained(peer).
   virtual void Post(int peer, const Message& m) = 0;
   // The oldest unreleased message from `peer`, if one has arrived.
@@ -70,14 +74,18 @@ class Transport {
   // True when `peer` has released every message posted to it.
   virtual bool Drained(int peer) = 0;
 
+  // False once `peer`'s process is known to have exited. Cheap enough to poll while waiting
+  // on that peer (rate-limited where it costs a system call).
+  virtual bool PeerAlive(int peer) = 0;
+  // "rank 2 (pid 4242) exited", for the error when PeerAlive(peer) is false.
+  virtual std::string DescribeDeath(int peer) const = 0;
+
   // This rank's doorbell: rung whenever a message or a credit arrives, or the group fails.
   virtual Doorbell& doorbell() = 0;
 
   // Group-wide failure: the first Fail() wins; every rank's waits are interrupted.
   virtual void Fail(const Status& status) = 0;
-  // True once the group has failed. May also notice a dead peer and fail the group itself,
-  // hence not const.
-  virtual bool failed() = 0;
+  virtual bool failed() const = 0;
   virtual Status failure() const = 0;
 
   // Records that this rank has started call `call_index` (for diagnosing timeouts).

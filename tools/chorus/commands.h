@@ -8,5 +8,6 @@ namespace chorus::cli {
 
 void AddDemoCommand(CLI::App& app, int& exit_code);
 void AddBenchCommand(CLI::App& app, int& exit_code);
+void AddLaunchCommand(CLI::App& app, int& exit_code);
 
 }  // namespace chorus::cli

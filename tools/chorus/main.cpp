@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   chorus::cli::AddDemoCommand(app, exit_code);
   chorus::cli::AddBenchCommand(app, exit_code);
+  chorus::cli::AddLaunchCommand(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

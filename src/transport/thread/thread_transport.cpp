@@ -33,6 +33,10 @@ ThreadGroup::Link& ThreadGroup::link(int src, int dst) {
 ThreadTransport::ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank)
     : group_(std::move(group)), control_(group_->control()), rank_(rank) {}
 
+bool ThreadTransport::TryCredit(int peer) {
+  return group_->link(rank_, peer).box.HasCredit(group_->depth());
+}
+
 void* ThreadTransport::TryReserve(int peer) {
   ThreadGroup::Link& link = group_->link(rank_, peer);
   const int depth = group_->depth();

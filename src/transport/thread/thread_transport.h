@@ -61,6 +61,7 @@ class ThreadTransport final : public Transport {
   bool zero_copy() const override { return true; }
   int ranks_on_host() const override { return group_->size(); }
 
+  bool TryCredit(int peer) override;
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
   bool TryPeek(int peer, Message* m) override;
@@ -69,7 +70,9 @@ class ThreadTransport final : public Transport {
 
   Doorbell& doorbell() override { return control_.bell(rank_); }
   void Fail(const Status& status) override { control_.Fail(status); }
-  bool failed() override { return control_.failed(); }
+  bool failed() const override { return control_.failed(); }
+  bool PeerAlive(int) override { return true; }  // threads die with the whole process
+  std::string DescribeDeath(int) const override { return ""; }
   Status failure() const override { return control_.failure(); }
   void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
   std::string Absentees(uint64_t call_index) const override {

@@ -1,0 +1,145 @@
+# Makefile: one-command set-up, build and test for chorus on Debian 12.
+#
+#   make demo     install missing Debian packages, build, run `chorus demo`
+#   make test     install, build, run every test: the normal build, then ASan+UBSan and TSan
+#                 builds, plus the find_package / add_subdirectory consumer projects
+#   make bench    build and run the Google Benchmark micro-benchmarks
+#   make plot     run the demo and render its figures into build/demo/ with matplotlib
+#   make asan | tsan | consumer | format | format-check | clean
+#
+# Installing packages needs root (scripts/install-deps.sh says what is missing otherwise).
+# CMake does the real work; this file only strings the steps together, so every step can also
+# be run by hand (see the recipes).
+#
+# Knobs (override on the command line, e.g. `make test CTEST_JOBS=1`):
+#   BUILD_TYPE   CMake build type of build/ (default RelWithDebInfo: optimised, with symbols)
+#   JOBS         compile jobs (default: nproc)
+#   CTEST_JOBS   tests run at once (default 2; ranks are threads, so more mostly oversubscribes)
+#   CTEST_ARGS   extra ctest arguments for every suite, e.g. CTEST_ARGS="-R Matrix" or "-L cli"
+#   PYTHON       interpreter with matplotlib, for `make plot` (default /usr/bin/python3; the
+#                pyenv python3 that may come first on PATH lacks matplotlib)
+#   DEMO_ARGS    extra arguments for `chorus demo`, e.g. DEMO_ARGS="--ranks 8 --plot out"
+#   BENCH_ARGS   extra arguments for each benchmark binary
+#   TSAN_SETARCH auto | yes | no: run TSan tests with ASLR off (see below)
+#
+# Environment seen by the sanitizer test runs:
+#   CHORUS_TEST_SCALE=small  tells the tests to shrink their largest element counts, since
+#                            sanitized code runs 2-15x slower; correctness coverage (ranks,
+#                            uneven splits, multi-segment paths) is kept, only sizes shrink.
+
+BUILD_TYPE ?= RelWithDebInfo
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_JOBS ?= 2
+PYTHON     ?= /usr/bin/python3
+DEMO_ARGS  ?=
+BENCH_ARGS ?=
+TSAN_SETARCH ?= auto
+
+BUILD_DIR := build
+ASAN_DIR  := build-asan
+TSAN_DIR  := build-tsan
+
+CMAKE ?= cmake
+CTEST ?= ctest
+CTEST_ARGS ?=
+CTEST_FLAGS = --output-on-failure -j$(CTEST_JOBS) $(CTEST_ARGS)
+
+# Sanitizer builds skip the benchmarks (they measure nothing useful when instrumented) and make
+# the first error fatal so that ctest reports it as a failure rather than a log line.
+SANITIZER_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_BUILD_BENCH=OFF
+ASAN_ENV = CHORUS_TEST_SCALE=small \
+  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+# Each recipe line runs after the previous target finished; the parallelism is inside CMake.
+.NOTPARALLEL:
+.PHONY: all deps configure build demo plot test test-build asan tsan consumer bench format \
+        format-check clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+configure: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	@echo "== [$$(date +%T)] build $(BUILD_DIR)"
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
+
+demo: build
+	./$(BUILD_DIR)/chorus demo $(DEMO_ARGS)
+
+plot: build
+	mkdir -p $(BUILD_DIR)/demo
+	./$(BUILD_DIR)/chorus demo $(DEMO_ARGS) --json $(BUILD_DIR)/demo/demo.json
+	$(PYTHON) scripts/plot_demo.py $(BUILD_DIR)/demo/demo.json $(BUILD_DIR)/demo
+
+# The normal build's tests include the consumer projects (ctest label "consumer").
+test-build: build
+	@echo "== [$$(date +%T)] test $(BUILD_DIR)"
+	$(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+
+# ctest's own summary stays the last thing printed, so CI can read the test count.
+test: test-build asan tsan
+
+asan: deps
+	@echo "== [$$(date +%T)] asan: build and test $(ASAN_DIR)"
+	$(CMAKE) -S . -B $(ASAN_DIR) $(SANITIZER_CMAKE_FLAGS) -DCHORUS_SANITIZE=address
+	$(CMAKE) --build $(ASAN_DIR) -j$(JOBS)
+	$(ASAN_ENV) $(CTEST) --test-dir $(ASAN_DIR) $(CTEST_FLAGS)
+
+# Some kernels place mappings where GCC's TSan runtime does not expect them (vm.mmap_rnd_bits
+# above 28), and every instrumented binary dies with "unexpected memory mapping". A tiny probe
+# finds out; if it fails, the build (gtest_discover_tests runs the test binaries) and the tests
+# run under `setarch -R`, i.e. with ASLR off for cmake, ctest and their children.
+# TSAN_SETARCH=yes/no skips the probe.
+tsan: deps
+	@echo "== [$$(date +%T)] tsan: build and test $(TSAN_DIR)"
+	@set -e; mkdir -p $(TSAN_DIR); runner=""; \
+	case "$(TSAN_SETARCH)" in \
+	  yes) runner="setarch $$(uname -m) -R" ;; \
+	  no) ;; \
+	  *) printf '%s\n' '#include <thread>' \
+	       'int main() { int x = 0; std::thread t([&] { x = 1; }); t.join(); return x - 1; }' \
+	       | $(CXX) -x c++ -std=c++20 -fsanitize=thread -pthread -o $(TSAN_DIR)/tsan-probe -; \
+	     if ! $(TSAN_DIR)/tsan-probe >$(TSAN_DIR)/tsan-probe.log 2>&1; then \
+	       echo "TSan probe failed: $$(head -c 300 $(TSAN_DIR)/tsan-probe.log)"; \
+	       echo "running the TSan build and tests under setarch -R"; \
+	       runner="setarch $$(uname -m) -R"; \
+	     fi ;; \
+	esac; \
+	set -x; \
+	$$runner $(CMAKE) -S . -B $(TSAN_DIR) $(SANITIZER_CMAKE_FLAGS) -DCHORUS_SANITIZE=thread; \
+	$$runner $(CMAKE) --build $(TSAN_DIR) -j$(JOBS); \
+	$(TSAN_ENV) $$runner $(CTEST) --test-dir $(TSAN_DIR) $(CTEST_FLAGS)
+
+# Only the packaging tests: install build/ into build/_install, then build and run the
+# find_package and add_subdirectory consumers in tests/consumer/.
+consumer: build
+	$(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS) -L consumer
+
+bench: build
+	@set -e; found=0; \
+	for b in $(BUILD_DIR)/bench/*_bench; do \
+	  [ -x "$$b" ] || continue; found=1; \
+	  echo "== $$b"; "$$b" $(BENCH_ARGS); \
+	done; \
+	[ $$found -eq 1 ] || echo "no benchmarks built in $(BUILD_DIR)/bench"
+
+FORMAT_DIRS := src include tools tests bench examples
+format-files = $(shell find $(wildcard $(FORMAT_DIRS)) -type f \
+                 \( -name '*.h' -o -name '*.hpp' -o -name '*.cc' -o -name '*.cpp' \) 2>/dev/null)
+
+format:
+	@bash scripts/install-deps.sh clang-format
+	clang-format -i $(format-files)
+
+format-check:
+	@bash scripts/install-deps.sh clang-format
+	clang-format --dry-run --Werror $(format-files)
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)

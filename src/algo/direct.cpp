@@ -1,0 +1,140 @@
+// One-shot all-reduce, direct reduce-scatter and direct all-gather (see direct.h).
+#include "algo/direct.h"
+
+#include <cstring>
+
+#include "algo/plan.h"
+
+namespace chorus::internal {
+namespace {
+
+template <typename T>
+T* Advance(T* base, size_t elems, size_t elem_size) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+  return reinterpret_cast<Byte*>(base) + elems * elem_size;
+}
+
+Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (send != recv && count > 0) std::memcpy(recv, send, count * ctx.elem_size);
+  return Status::Ok();
+}
+
+// out = x_0 (+) x_1 (+) ... (+) x_{p-1}, combined in rank order so that every rank gets the
+// same bits; x_r is `mine`, x_q the next message from rank q. The last step finishes (avg).
+Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
+  const CallContext& ctx = ch.ctx();
+  const int p = ch.transport().size();
+  const int r = ch.transport().rank();
+  if (mine == out && n > 0) {  // in place: keep our operand intact while `out` accumulates
+    std::memcpy(ctx.scratch, mine, n * ctx.elem_size);
+    mine = ctx.scratch;
+  }
+  Message first;
+  const void* x0 = mine;
+  if (r != 0) {
+    CHORUS_RETURN_IF_ERROR(ch.Await(0, n, &first));
+    x0 = first.data;
+  }
+  for (int q = 1; q < p; ++q) {
+    Message m;
+    const void* xq = mine;
+    if (q != r) {
+      CHORUS_RETURN_IF_ERROR(ch.Await(q, n, &m));
+      xq = m.data;
+    }
+    const void* acc = q == 1 ? x0 : out;
+    if (q == p - 1) {
+      ctx.kernel->finish(out, acc, xq, n, p);
+    } else {
+      ctx.kernel->combine(out, acc, xq, n);
+    }
+    if (q == 1 && r != 0) ch.Done(0, first);
+    if (q != r) ch.Done(q, m);
+  }
+  return Status::Ok();
+}
+
+// After sending by reference, the caller's buffers are only free once every peer let go.
+Status FlushAll(Channel& ch) {
+  if (!ch.transport().zero_copy()) return Status::Ok();
+  const int p = ch.transport().size();
+  const int r = ch.transport().rank();
+  for (int q = 0; q < p; ++q) {
+    if (q != r) CHORUS_RETURN_IF_ERROR(ch.Flush(q));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  Channel ch(ctx);
+  const size_t segments = (count + ctx.segment_elems - 1) / ctx.segment_elems;
+  for (size_t seg = 0; seg < segments; ++seg) {
+    ch.SetSegment(seg, segments);
+    const size_t offset = seg * ctx.segment_elems;
+    const size_t n = std::min(ctx.segment_elems, count - offset);
+    const void* in = Advance(send, offset, ctx.elem_size);
+    ch.SetStep(0, 2);
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendCopy((r + i) % p, in, n));
+    ch.SetStep(1, 2);
+    CHORUS_RETURN_IF_ERROR(ReduceInRankOrder(ch, Advance(recv, offset, ctx.elem_size), in, n));
+  }
+  return Status::Ok();
+}
+
+Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  const Partition part(count, p, ctx.segment_elems);
+  Channel ch(ctx);
+  for (size_t seg = 0; seg < part.Segments(); ++seg) {
+    ch.SetSegment(seg, part.Segments());
+    ch.SetStep(0, 2);
+    for (int i = 1; i < p; ++i) {
+      const int q = (r + i) % p;
+      CHORUS_RETURN_IF_ERROR(ch.SendRef(q, Advance(send, part.SegmentOffset(q, seg), ctx.elem_size),
+                                        part.SegmentSize(q, seg)));
+    }
+    ch.SetStep(1, 2);
+    const size_t within = part.SegmentOffset(r, seg) - part.Offset(r);
+    CHORUS_RETURN_IF_ERROR(ReduceInRankOrder(
+        ch, Advance(recv, within, ctx.elem_size),
+        Advance(send, part.SegmentOffset(r, seg), ctx.elem_size), part.SegmentSize(r, seg)));
+  }
+  return FlushAll(ch);
+}
+
+Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  const Partition part(count, p, ctx.segment_elems);
+  Channel ch(ctx);
+  for (size_t seg = 0; seg < part.Segments(); ++seg) {
+    ch.SetSegment(seg, part.Segments());
+    const size_t n = part.SegmentSize(r, seg);
+    const void* mine = Advance(send, part.SegmentOffset(r, seg) - part.Offset(r), ctx.elem_size);
+    void* mine_out = Advance(recv, part.SegmentOffset(r, seg), ctx.elem_size);
+    if (mine != mine_out && n > 0) std::memcpy(mine_out, mine, n * ctx.elem_size);
+    ch.SetStep(0, 2);
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendRef((r + i) % p, mine, n));
+    ch.SetStep(1, 2);
+    for (int i = 1; i < p; ++i) {
+      const int q = (r + p - i) % p;
+      Message m;
+      CHORUS_RETURN_IF_ERROR(ch.Await(q, part.SegmentSize(q, seg), &m));
+      if (m.bytes > 0) {
+        std::memcpy(Advance(recv, part.SegmentOffset(q, seg), ctx.elem_size), m.data, m.bytes);
+      }
+      ch.Done(q, m);
+    }
+  }
+  return FlushAll(ch);
+}
+
+}  // namespace chorus::internal

@@ -1,0 +1,29 @@
+// Direct algorithms: every rank talks to every other rank once per segment, so a call costs one
+// message latency instead of the ring's p-1 (or 2(p-1)). Meant for ranks that are all one hop
+// apart (threads, processes on one host).
+//
+// One-shot all-reduce: each rank sends its whole input to every peer through staging slots
+// (nothing to wait for afterwards), then reduces all p inputs itself, in rank order, so every
+// rank computes bit-identical results. Bytes sent per rank: (p-1) n, so only for small buffers.
+//
+// Direct reduce-scatter: rank r sends chunk q of its input to rank q and reduces chunk r of all
+// p inputs, in rank order. Direct all-gather: rank r sends its block to every peer and copies
+// every peer's block into place. Both send (p-1)/p n per rank, like the ring. On a zero-copy
+// transport the chunks are sent by reference, so the receiver reads them straight from the
+// sender's buffer (one pass over memory) and the sender waits for its peers' releases at the end.
+//
+// Segments: the buffer (one-shot) or each chunk (direct) is cut into segments as in
+// algo/plan.h; the schedule is segment-outer.
+#pragma once
+
+#include <cstddef>
+
+#include "algo/primitives.h"
+
+namespace chorus::internal {
+
+Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
+Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count);
+Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
+
+}  // namespace chorus::internal

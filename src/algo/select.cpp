@@ -1,0 +1,63 @@
+// The selection table (see select.h). Crossovers were measured on the 2-core development
+// machine with `chorus bench`; docs/algorithms.md has the costs behind them.
+#include "algo/select.h"
+
+#include <array>
+#include <string>
+
+#include "algo/direct.h"
+#include "algo/ring.h"
+
+namespace chorus::internal {
+namespace {
+
+constexpr size_t kOneShotMaxBytes = size_t{16} << 10;
+constexpr size_t kShmDirectMaxBytes = size_t{256} << 10;
+
+bool Always(const CallShapeForSelection&) { return true; }
+bool SmallAllReduce(const CallShapeForSelection& s) {
+  return s.transport != TransportKind::kTcp && s.bytes <= kOneShotMaxBytes;
+}
+// Direct RS/AG read peers' buffers in place on threads at any size; through shared memory
+// every pair needs its own staging, so only for small buffers.
+bool DirectFits(const CallShapeForSelection& s) {
+  return s.transport == TransportKind::kThread ||
+         (s.transport == TransportKind::kShm && s.bytes <= kShmDirectMaxBytes);
+}
+
+constexpr std::array<AlgorithmInfo, 6> kAlgorithms = {{
+    {CollectiveKind::kAllReduce, "oneshot",
+     "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
+     "thread or shm ranks, buffer <= 16 KiB", SmallAllReduce, OneShotAllReduce},
+    {CollectiveKind::kAllReduce, "ring",
+     "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
+     "otherwise", Always, RingAllReduce},
+    {CollectiveKind::kReduceScatter, "direct",
+     "rank r reduces chunk r of every input (read in place on threads); 1 step",
+     "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectReduceScatter},
+    {CollectiveKind::kReduceScatter, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
+     "otherwise", Always, RingReduceScatter},
+    {CollectiveKind::kAllGather, "direct",
+     "every rank copies every block straight from its owner; 1 step",
+     "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectAllGather},
+    {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
+     "otherwise", Always, RingAllGather},
+}};
+
+}  // namespace
+
+std::span<const AlgorithmInfo> Algorithms() { return kAlgorithms; }
+
+Result<const AlgorithmInfo*> SelectAlgorithm(const CallShapeForSelection& shape,
+                                             std::string_view requested) {
+  std::string names;
+  for (const AlgorithmInfo& info : Algorithms()) {
+    if (info.kind != shape.kind) continue;
+    if (requested.empty() ? info.picks(shape) : info.name == requested) return &info;
+    names += (names.empty() ? "" : ", ") + std::string(info.name);
+  }
+  return InvalidArgument(std::string(CollectiveKindName(shape.kind)) + ": algorithm \"" +
+                         std::string(requested) + "\" is not one of: " + names);
+}
+
+}  // namespace chorus::internal

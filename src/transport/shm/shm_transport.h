@@ -1,0 +1,106 @@
+// Shared-memory transport: ranks are processes on one host.
+//
+// One segment per communicator holds everything the ranks share:
+//
+//   [Prelude][Control][Mailbox x p*p][staging: p*p links x depth slots x slot_bytes]
+//
+// Control and Mailbox are the same structures the thread transport uses (transport/control.h);
+// here they live in the segment, and the futex doorbells wake across processes. A message is a
+// segment offset: the sender copies (or reduces) into its staging slot for the receiver, and
+// the receiver reads or reduces straight out of it, so a ring hop costs one write and one read
+// of shared memory. Staging pages are touched once at setup; pairs an algorithm never uses stay
+// untouched and cost no memory.
+//
+// A peer that exits is only an error for a rank that still needs something from it: waits
+// poll the pidfd of the peer they wait on, so a rank that finished its part and left does not
+// fail the others.
+//
+// Rank 0 creates the segment under a random name and publishes the name through the store; the
+// last rank to attach unlinks it, so nothing is left in /dev/shm once the group is up, even if
+// every process is later killed. Each rank holds a pidfd per peer: a dead peer fails the group
+// with kUnavailable naming it, well before any deadline.
+//
+// Thread safety: a ShmTransport is driven by its rank's thread; Fail() from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus/store.h"
+#include "transport/control.h"
+#include "transport/transport.h"
+
+namespace chorus::internal {
+
+struct ShmConfig {
+  int rank = 0;
+  int size = 1;
+  size_t slot_bytes = 0;
+  int depth = 1;
+  Deadline deadline;  // for the whole setup
+};
+
+// Sets up (rank 0) or joins (the others) the communicator's segment through `store`.
+Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& config);
+
+class ShmSegment;
+
+class ShmTransport final : public Transport {
+ public:
+  ShmTransport(std::unique_ptr<ShmSegment> segment, const ShmConfig& config,
+               std::vector<int> peer_pidfds);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  size_t slot_bytes() const override { return slot_bytes_; }
+  bool zero_copy() const override { return false; }
+  int ranks_on_host() const override { return size_; }
+
+  bool TryCredit(int peer) override;
+  void* TryReserve(int peer) override;
+  void Post(int peer, const Message& m) override;
+  bool TryPeek(int peer, Message* m) override;
+  void Release(int peer) override;
+  bool Drained(int peer) override;
+
+  Doorbell& doorbell() override { return control_.bell(rank_); }
+  void Fail(const Status& status) override { control_.Fail(status); }
+  bool failed() const override { return control_.failed(); }
+  bool PeerAlive(int peer) override;
+  std::string DescribeDeath(int peer) const override;
+  Status failure() const override { return control_.failure(); }
+  void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
+  std::string Absentees(uint64_t call_index) const override {
+    return control_.Absentees(call_index);
+  }
+  void Reject(uint64_t call_index, const std::string& reason) override {
+    control_.Reject(rank_, call_index, reason);
+  }
+  Status Rejection(uint64_t call_index) const override {
+    return control_.Rejection(rank_, call_index);
+  }
+  bool Rejected(uint64_t call_index) const override {
+    return control_.Rejected(rank_, call_index);
+  }
+
+ private:
+  Mailbox& box(int src, int dst);
+  std::byte* slot(int src, int dst, uint64_t index);
+
+  std::unique_ptr<ShmSegment> segment_;
+  std::byte* base_;
+  Control& control_;
+  Mailbox* boxes_;
+  std::byte* staging_;
+  const int rank_;
+  const int size_;
+  const size_t slot_bytes_;
+  const int depth_;
+  const size_t segment_bytes_;
+  std::vector<int> pidfds_;                      // per rank; -1 for self
+  std::vector<Clock::time_point> next_check_;    // per rank: when to poll its pidfd again
+};
+
+}  // namespace chorus::internal

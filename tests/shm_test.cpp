@@ -1,0 +1,202 @@
+// Ranks as processes on one host: the collective matrix over the shm transport, setup through
+// stores, a peer killed mid-collective, and nothing left behind in /dev/shm.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "support/matrix.h"
+#include "support/spawn.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ForkRanks;
+using testing::MatrixParam;
+using testing::RankExit;
+namespace fs = std::filesystem;
+
+// A fresh directory for a file store; removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "chorus-test-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string url() const { return "file://" + path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<std::string> ChorusShmFiles() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("chorus-", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+CommOptions ShmOptions(int rank, int size, const std::string& store_url) {
+  CommOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.store_url = store_url;
+  o.transport = TransportKind::kShm;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+std::string Join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& line : lines) s += line + "\n";
+  return s;
+}
+
+void ExpectAllOk(const std::vector<RankExit>& exits) {
+  for (size_t r = 0; r < exits.size(); ++r) {
+    EXPECT_TRUE(exits[r].ok()) << "rank " << r << " status " << exits[r].status << ": "
+                               << exits[r].report;
+  }
+}
+
+class ShmMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(ShmMatrix, ExactResults) {
+  const MatrixParam m = GetParam();
+  const TempDir dir;
+  const auto exits = ForkRanks(m.ranks, [&](int rank) -> std::string {
+    auto comm = Communicator::Create(ShmOptions(rank, m.ranks, dir.url()));
+    if (!comm.ok()) return comm.status().ToString();
+    if (comm->transport() != TransportKind::kShm) return "transport is not shm";
+    return Join(testing::RunMatrixCase(*comm, m));
+  });
+  ExpectAllOk(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
+                         ::testing::ValuesIn(testing::MatrixParams({1, 2, 3, 4, 5, 7, 8})),
+                         [](const auto& param_info) { return testing::MatrixName(param_info.param); });
+
+TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
+  const auto before = ChorusShmFiles();
+  const TempDir dir;
+  const auto exits = ForkRanks(3, [&](int rank) -> std::string {
+    CommOptions o = ShmOptions(rank, 3, dir.url());
+    o.transport = TransportKind::kAuto;
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    if (comm->transport() != TransportKind::kShm) return "kAuto did not pick shm";
+    std::vector<int32_t> v(5, rank + 1);
+    if (Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum); !s.ok()) {
+      return s.ToString();
+    }
+    return v == std::vector<int32_t>(5, 6) ? "" : "wrong sum";
+  });
+  ExpectAllOk(exits);
+  EXPECT_EQ(ChorusShmFiles(), before);
+}
+
+TEST(ShmCreate, TcpStoreHostedByRankZero) {
+  // A port that was free a moment ago; rank 0 serves the store on it.
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(probe);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
+    CommOptions o = ShmOptions(rank, 4, url);
+    o.host_store = true;
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<float> v(1000, 1.0f);
+    if (Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kAvg); !s.ok()) {
+      return s.ToString();
+    }
+    return v == std::vector<float>(1000, 1.0f) ? "" : "wrong avg";
+  });
+  ExpectAllOk(exits);
+}
+
+TEST(ShmCreate, MissingRankIsNamedInTheDeadlineError) {
+  const TempDir dir;
+  const auto exits = ForkRanks(3, [&](int rank) -> std::string {
+    if (rank == 2) return "";  // never joins
+    CommOptions o = ShmOptions(rank, 3, dir.url());
+    o.timeout = std::chrono::milliseconds(500);
+    auto comm = Communicator::Create(o);
+    if (comm.ok()) return "Create succeeded without rank 2";
+    const Status s = comm.status();
+    if (s.code() != StatusCode::kDeadlineExceeded) return "wrong code: " + s.ToString();
+    if (s.message().find("waited 0.5 s for rank 2 to join store file://") == std::string::npos) {
+      return "message does not name rank 2: " + s.ToString();
+    }
+    return "";
+  });
+  ExpectAllOk(exits);
+}
+
+TEST(ShmFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
+  const auto before = ChorusShmFiles();
+  const TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
+    CommOptions o = ShmOptions(rank, 4, dir.url());
+    o.timeout = std::chrono::seconds(20);
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<float> v(1 << 18, 1.0f);
+    for (int i = 0;; ++i) {
+      if (rank == 2 && i == 5) raise(SIGKILL);  // dies between its 5th and 6th call
+      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kSum);
+      if (s.ok()) continue;
+      if (s.code() != StatusCode::kUnavailable) return "wrong code: " + s.ToString();
+      if (s.message().find("rank 2") == std::string::npos) return "no rank 2 in: " + s.ToString();
+      return "";
+    }
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 1, 3}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
+  EXPECT_TRUE(WIFSIGNALED(exits[2].status) && WTERMSIG(exits[2].status) == SIGKILL);
+  EXPECT_LT(seconds, 20.0);  // found through the pidfd, not the deadline
+  EXPECT_EQ(ChorusShmFiles(), before);
+}
+
+TEST(ShmFailure, MismatchedOptionsAcrossRanksAreRejected) {
+  const TempDir dir;
+  const auto exits = ForkRanks(2, [&](int rank) -> std::string {
+    CommOptions o = ShmOptions(rank, 2, dir.url());
+    o.timeout = std::chrono::seconds(5);
+    if (rank == 1) o.segment_bytes = 4096;  // rank 0 uses the default
+    auto comm = Communicator::Create(o);
+    if (rank == 0) return "";  // rank 0 may finish setup before it can tell
+    if (comm.ok()) return "rank 1 joined a segment with other options";
+    return comm.status().message().find("must agree") == std::string::npos
+               ? "unclear error: " + comm.status().ToString()
+               : "";
+  });
+  EXPECT_TRUE(exits[1].ok()) << exits[1].report;
+}
+
+}  // namespace
+}  // namespace chorus
