@@ -21,7 +21,9 @@ Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t co
 
 // out = x_0 (+) x_1 (+) ... (+) x_{p-1}, combined in rank order so that every rank gets the
 // same bits; x_r is `mine`, x_q the next message from rank q. The last step finishes (avg).
+// Works block by block so the partial result stays in L1 between operands.
 Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
+  constexpr size_t kBlockBytes = 32 << 10;
   const CallContext& ctx = ch.ctx();
   const int p = ch.transport().size();
   const int r = ch.transport().rank();
@@ -29,27 +31,31 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
     std::memcpy(ctx.scratch, mine, n * ctx.elem_size);
     mine = ctx.scratch;
   }
-  Message first;
-  const void* x0 = mine;
-  if (r != 0) {
-    CHORUS_RETURN_IF_ERROR(ch.Await(0, n, &first));
-    x0 = first.data;
+  const void** x = ctx.operands;
+  for (int q = 0; q < p; ++q) {
+    if (q == r) {
+      x[q] = mine;
+      continue;
+    }
+    CHORUS_RETURN_IF_ERROR(ch.Await(q, n, &ctx.messages[q]));
+    x[q] = ctx.messages[q].data;
   }
-  for (int q = 1; q < p; ++q) {
-    Message m;
-    const void* xq = mine;
-    if (q != r) {
-      CHORUS_RETURN_IF_ERROR(ch.Await(q, n, &m));
-      xq = m.data;
+  const size_t block = std::max<size_t>(1, kBlockBytes / ctx.elem_size);
+  for (size_t begin = 0; begin < n; begin += block) {
+    const size_t len = std::min(block, n - begin);
+    auto at = [&](const void* base) { return Advance(base, begin, ctx.elem_size); };
+    void* acc = Advance(out, begin, ctx.elem_size);
+    for (int q = 1; q < p; ++q) {
+      const void* lhs = q == 1 ? at(x[0]) : acc;
+      if (q == p - 1) {
+        ctx.kernel->finish(acc, lhs, at(x[q]), len, p);
+      } else {
+        ctx.kernel->combine(acc, lhs, at(x[q]), len);
+      }
     }
-    const void* acc = q == 1 ? x0 : out;
-    if (q == p - 1) {
-      ctx.kernel->finish(out, acc, xq, n, p);
-    } else {
-      ctx.kernel->combine(out, acc, xq, n);
-    }
-    if (q == 1 && r != 0) ch.Done(0, first);
-    if (q != r) ch.Done(q, m);
+  }
+  for (int q = 0; q < p; ++q) {
+    if (q != r) ch.Done(q, ctx.messages[q]);
   }
   return Status::Ok();
 }
@@ -86,12 +92,14 @@ Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, si
   return Status::Ok();
 }
 
-Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  const int p = ctx.transport->size();
-  const int r = ctx.transport->rank();
-  if (p == 1) return CopyLocal(ctx, send, recv, count);
-  const Partition part(count, p, ctx.segment_elems);
-  Channel ch(ctx);
+namespace {
+
+// Rank r sends chunk q of `send` to each rank q and reduces chunk r of every input into
+// `out` (which holds just chunk r).
+Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, void* out) {
+  const CallContext& ctx = ch.ctx();
+  const int p = ch.transport().size();
+  const int r = ch.transport().rank();
   for (size_t seg = 0; seg < part.Segments(); ++seg) {
     ch.SetSegment(seg, part.Segments());
     ch.SetStep(0, 2);
@@ -103,26 +111,25 @@ Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv,
     ch.SetStep(1, 2);
     const size_t within = part.SegmentOffset(r, seg) - part.Offset(r);
     CHORUS_RETURN_IF_ERROR(ReduceInRankOrder(
-        ch, Advance(recv, within, ctx.elem_size),
+        ch, Advance(out, within, ctx.elem_size),
         Advance(send, part.SegmentOffset(r, seg), ctx.elem_size), part.SegmentSize(r, seg)));
   }
-  return FlushAll(ch);
+  return Status::Ok();
 }
 
-Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  const int p = ctx.transport->size();
-  const int r = ctx.transport->rank();
-  if (p == 1) return CopyLocal(ctx, send, recv, count);
-  const Partition part(count, p, ctx.segment_elems);
-  Channel ch(ctx);
+// Rank r sends `mine` (its block) to every peer and copies every peer's block into `recv`.
+Status AllGatherPhase(Channel& ch, const Partition& part, const void* mine, void* recv) {
+  const CallContext& ctx = ch.ctx();
+  const int p = ch.transport().size();
+  const int r = ch.transport().rank();
   for (size_t seg = 0; seg < part.Segments(); ++seg) {
     ch.SetSegment(seg, part.Segments());
     const size_t n = part.SegmentSize(r, seg);
-    const void* mine = Advance(send, part.SegmentOffset(r, seg) - part.Offset(r), ctx.elem_size);
-    void* mine_out = Advance(recv, part.SegmentOffset(r, seg), ctx.elem_size);
-    if (mine != mine_out && n > 0) std::memcpy(mine_out, mine, n * ctx.elem_size);
+    const void* in = Advance(mine, part.SegmentOffset(r, seg) - part.Offset(r), ctx.elem_size);
+    void* in_out = Advance(recv, part.SegmentOffset(r, seg), ctx.elem_size);
+    if (in != in_out && n > 0) std::memcpy(in_out, in, n * ctx.elem_size);
     ch.SetStep(0, 2);
-    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendRef((r + i) % p, mine, n));
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendRef((r + i) % p, in, n));
     ch.SetStep(1, 2);
     for (int i = 1; i < p; ++i) {
       const int q = (r + p - i) % p;
@@ -134,6 +141,37 @@ Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, siz
       ch.Done(q, m);
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
+  Channel ch(ctx);
+  CHORUS_RETURN_IF_ERROR(
+      ReduceScatterPhase(ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
+  return FlushAll(ch);
+}
+
+Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
+  Channel ch(ctx);
+  CHORUS_RETURN_IF_ERROR(
+      AllGatherPhase(ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
+  return FlushAll(ch);
+}
+
+// Rank r's chunk goes straight to its place in `recv`; the all-gather then runs in place. A
+// peer overwrites its copy of chunk q only after rank q posted it, which rank q does only after
+// it read everyone's chunk q, so no flush is needed between the phases.
+Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
+  const Partition part(count, ctx.transport->size(), ctx.segment_elems);
+  void* mine = Advance(recv, part.Offset(ctx.transport->rank()), ctx.elem_size);
+  Channel ch(ctx);
+  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine));
+  CHORUS_RETURN_IF_ERROR(AllGatherPhase(ch, part, mine, recv));
   return FlushAll(ch);
 }
 

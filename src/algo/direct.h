@@ -12,6 +12,9 @@
 // transport the chunks are sent by reference, so the receiver reads them straight from the
 // sender's buffer (one pass over memory) and the sender waits for its peers' releases at the end.
 //
+// Direct all-reduce: the two back to back, for large buffers on thread ranks, where the
+// chunks are read in place and each byte crosses memory fewer times than around a ring.
+//
 // Segments: the buffer (one-shot) or each chunk (direct) is cut into segments as in
 // algo/plan.h; the schedule is segment-outer.
 #pragma once
@@ -25,5 +28,7 @@ namespace chorus::internal {
 Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
+// Direct reduce-scatter into each rank's place in `recv`, then direct all-gather in place.
+Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 
 }  // namespace chorus::internal

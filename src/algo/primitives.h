@@ -37,6 +37,8 @@ struct CallContext {
   Deadline deadline;
   std::chrono::milliseconds timeout{0};  // for messages
   std::byte* scratch = nullptr;           // segment_elems elements of this rank's own
+  const void** operands = nullptr;        // room for one pointer per rank
+  Message* messages = nullptr;            // room for one message per rank
   WaitPolicy policy;
   Traffic* traffic = nullptr;  // counters of this call's kind
 };

@@ -18,6 +18,7 @@ bool Always(const CallShapeForSelection&) { return true; }
 bool SmallAllReduce(const CallShapeForSelection& s) {
   return s.transport != TransportKind::kTcp && s.bytes <= kOneShotMaxBytes;
 }
+bool ThreadRanks(const CallShapeForSelection& s) { return s.transport == TransportKind::kThread; }
 // Direct RS/AG read peers' buffers in place on threads at any size; through shared memory
 // every pair needs its own staging, so only for small buffers.
 bool DirectFits(const CallShapeForSelection& s) {
@@ -25,10 +26,13 @@ bool DirectFits(const CallShapeForSelection& s) {
          (s.transport == TransportKind::kShm && s.bytes <= kShmDirectMaxBytes);
 }
 
-constexpr std::array<AlgorithmInfo, 6> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 7> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread or shm ranks, buffer <= 16 KiB", SmallAllReduce, OneShotAllReduce},
+    {CollectiveKind::kAllReduce, "direct",
+     "direct reduce-scatter (chunks read in place) then direct all-gather; 2 steps",
+     "thread ranks, larger buffers", ThreadRanks, DirectAllReduce},
     {CollectiveKind::kAllReduce, "ring",
      "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
      "otherwise", Always, RingAllReduce},

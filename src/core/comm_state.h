@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "core/wait.h"
@@ -36,7 +37,11 @@ class CommState {
   CommOptions options_;
   WaitPolicy policy_;
   Status sticky_;
-  std::unique_ptr<std::byte[]> scratch_;  // one segment, for algorithms that reduce in place
+  // Working memory of the algorithms, allocated once: one segment for reducing in place, and
+  // one operand pointer and message per rank for the direct algorithms.
+  std::unique_ptr<std::byte[]> scratch_;
+  std::vector<const void*> operands_;
+  std::vector<Message> messages_;
   uint64_t calls_ = 0;  // every call, rejected ones included: ranks agree on it
   TrafficCounters traffic_;
 };

@@ -20,7 +20,9 @@ CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
       kind_(kind),
       options_(options),
       policy_(WaitPolicy::For(transport_->ranks_on_host())),
-      scratch_(std::make_unique<std::byte[]>(transport_->slot_bytes())) {
+      scratch_(std::make_unique<std::byte[]>(transport_->slot_bytes())),
+      operands_(static_cast<size_t>(transport_->size())),
+      messages_(static_cast<size_t>(transport_->size())) {
   std::memset(scratch_.get(), 0, transport_->slot_bytes());  // touch it now, not mid-call
 }
 
@@ -80,6 +82,8 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   ctx.policy = policy_;
   ctx.traffic = &traffic;
   ctx.scratch = scratch_.get();
+  ctx.operands = operands_.data();
+  ctx.messages = messages_.data();
 
   const Status status = (*algorithm)->run(ctx, send.data, recv.data, total);
   if (!status.ok()) {

@@ -48,7 +48,10 @@ int UsableCpus() {
 
 WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
   using std::chrono::microseconds;
-  if (ranks_on_this_host <= UsableCpus()) return {microseconds(50), microseconds(200)};
+  // Even when the ranks fit on the cores, other work may share them: a long spin could hold
+  // the very core the awaited peer is queued on. So spin only briefly, then yield (which costs
+  // little when nobody else wants the core), and only then sleep.
+  if (ranks_on_this_host <= UsableCpus()) return {microseconds(3), microseconds(500)};
   return {microseconds(0), microseconds(1000)};
 }
 
