@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -96,6 +97,8 @@ struct BadCall {
   std::function<Status(Communicator&, std::vector<float>&, std::vector<float>&)> call;
   std::string message;
 };
+
+void PrintTo(const BadCall& bad, std::ostream* os) { *os << bad.name; }
 
 class BadArguments : public ::testing::TestWithParam<BadCall> {};
 
@@ -241,7 +244,61 @@ TEST(Mismatch, DifferentCollectivesFail) {
   }
 }
 
+// A rank whose call fails may free its buffers at once: peers still reading them through
+// zero-copy messages must have let go first. ASan turns a violation into a failure.
+TEST(FailureSafety, BuffersMayBeFreedAsSoonAsAFailedCallReturns) {
+  for (const char* algorithm : {"ring", "direct"}) {
+    for (int round = 0; round < 5; ++round) {
+      auto comms = Group(3, std::chrono::seconds(10));
+      RunRanks(comms, [&](Communicator& comm) {
+        auto buffer = std::make_unique<float[]>(size_t{3} << 20);
+        std::fill_n(buffer.get(), size_t{3} << 20, 1.0f);
+        CallOptions call{.algorithm = algorithm};
+        if (comm.rank() == 0) call.timeout = milliseconds(1 + round);  // fails mid-call
+        const Status s = comm.AllReduce({buffer.get(), size_t{3} << 20, DataType::kFloat32},
+                                        {buffer.get(), size_t{3} << 20, DataType::kFloat32},
+                                        ReduceOp::kSum, call);
+        buffer.reset();  // the caller owns its memory again the moment the call returns
+        static_cast<void>(s);
+      });
+    }
+  }
+}
+
+TEST(BadArguments, TwoRejectionsInARowBothReachThePeers) {
+  auto comms = Group(2, std::chrono::seconds(30));
+  Status peer;
+  const auto start = Clock::now();
+  RunRanks(comms, [&](Communicator& comm) {
+    std::vector<float> a(8, 1.0f);
+    if (comm.rank() == 0) {  // rejects call #0 and call #1
+      comm.AllReduce({a.data(), 8, DataType::kFloat32}, {a.data(), 4, DataType::kFloat32},
+                     ReduceOp::kSum)
+          .IgnoreError();
+      comm.AllReduce({nullptr, 8, DataType::kFloat32}, {a.data(), 8, DataType::kFloat32},
+                     ReduceOp::kSum)
+          .IgnoreError();
+    } else {
+      std::this_thread::sleep_for(milliseconds(50));  // enters call #0 after both rejections
+      peer = comm.AllReduce(std::span<float>(a), ReduceOp::kSum);
+    }
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(peer.code(), StatusCode::kAborted) << peer;
+  EXPECT_THAT(peer.message(), HasSubstr("recv.count (4) != send.count (8)")) << peer;
+}
+
+TEST(Deadline, AnEnormousTimeoutMeansNoDeadlineNotAnOverflow) {
+  auto comms = Group(2, milliseconds::max());
+  RunRanks(comms, [](Communicator& comm) {
+    std::vector<float> a(8, 1.0f);
+    EXPECT_TRUE(comm.AllReduce(std::span<float>(a), ReduceOp::kSum).ok());
+  });
+}
+
 TEST(CreateLocalGroup, RejectsBadOptions) {
+  EXPECT_THAT(CreateLocalGroup(2, {.pipeline_depth = 1}).status().message(),
+              HasSubstr("options.pipeline_depth (1) must be in [2, 16]"));
   EXPECT_EQ(CreateLocalGroup(0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(CreateLocalGroup(0).status().message(), HasSubstr("CreateLocalGroup: size (0)"));
   EXPECT_EQ(CreateLocalGroup(2, {.timeout = milliseconds(0)}).status().code(),

@@ -155,6 +155,24 @@ TEST(ShmCreate, MissingRankIsNamedInTheDeadlineError) {
   ExpectAllOk(exits);
 }
 
+TEST(ShmCreate, RecreatingWithTheSameStoreAndNameStartsAfresh) {
+  const TempDir dir;
+  const auto exits = ForkRanks(2, [&](int rank) -> std::string {
+    for (int round = 0; round < 3; ++round) {
+      if (rank == 0 && round == 1) usleep(200'000);  // late: must not read round 0's keys
+      auto comm = Communicator::Create(ShmOptions(rank, 2, dir.url()));
+      if (!comm.ok()) return "round " + std::to_string(round) + ": " + comm.status().ToString();
+      std::vector<int32_t> v(3, round);
+      if (Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum); !s.ok()) {
+        return s.ToString();
+      }
+      if (v != std::vector<int32_t>(3, 2 * round)) return "wrong sum";
+    }
+    return "";
+  });
+  ExpectAllOk(exits);
+}
+
 TEST(ShmFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
   const auto before = ChorusShmFiles();
   const TempDir dir;

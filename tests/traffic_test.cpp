@@ -16,6 +16,10 @@ struct TrafficParam {
   size_t count;  // total buffer, as in the cost model
 };
 
+void PrintTo(const TrafficParam& t, std::ostream* os) {
+  *os << "p" << t.ranks << " count " << t.count;
+}
+
 class TrafficMatchesModel : public ::testing::TestWithParam<TrafficParam> {};
 
 TEST_P(TrafficMatchesModel, PerRankPerKind) {

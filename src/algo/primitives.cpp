@@ -63,6 +63,9 @@ Status Channel::Await(int peer, size_t n, Message* m) {
                 [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
                 t.doorbell(), ctx_.policy, ctx_.deadline);
   if (r != WaitResult::kReady) return WaitFailed(r, "data from", peer);
+  // A message that arrived after the group failed may point into a buffer its owner is about
+  // to take back: leave it alone.
+  if (t.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
   if (!(m->tag == ctx_.tag)) {
     Status status = InvalidArgument(
         std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +

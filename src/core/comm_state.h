@@ -31,6 +31,8 @@ class CommState {
   void ResetTraffic() { traffic_ = {}; }
 
  private:
+  void Quiesce(uint64_t call);
+
   std::unique_ptr<TcpStoreServer> store_server_;
   std::unique_ptr<Transport> transport_;
   TransportKind kind_;

@@ -32,6 +32,22 @@ Status CommState::health() const {
   return Status::Ok();
 }
 
+// After a failed call, peers may still be reading this rank's buffers through zero-copy
+// messages (a segment they peeked before noticing the failure). Returning now would hand the
+// buffers back to the caller while they are read, so wait until every peer has either released
+// this rank's messages or left the call; they leave at their next wait, one segment's work.
+void CommState::Quiesce(uint64_t call) {
+  if (!transport_->zero_copy()) return;  // messages live in staging memory, not the caller's
+  const Deadline give_up = DeadlineAfter(std::chrono::seconds(10));
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank()) continue;
+    while (!transport_->Drained(peer) && transport_->PeerActive(peer, call) &&
+           transport_->PeerAlive(peer) && Clock::now() < give_up) {
+      YieldCpu();
+    }
+  }
+}
+
 void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }
@@ -77,7 +93,7 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
                     static_cast<uint8_t>(*algorithm - Algorithms().data())};
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
-  ctx.deadline = Clock::now() + timeout;
+  ctx.deadline = DeadlineAfter(timeout);
   ctx.timeout = timeout;
   ctx.policy = policy_;
   ctx.traffic = &traffic;
@@ -86,6 +102,8 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   ctx.messages = messages_.data();
 
   const Status status = (*algorithm)->run(ctx, send.data, recv.data, total);
+  transport_->Leave();
+  if (!status.ok()) Quiesce(call);
   if (!status.ok()) {
     sticky_ = status;
     return status;

@@ -135,7 +135,7 @@ std::string_view TransportKindName(TransportKind kind) {
 
 Result<Communicator> Communicator::Create(const CommOptions& options) {
   CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
-  const Deadline deadline = Clock::now() + options.timeout;
+  const Deadline deadline = internal::DeadlineAfter(options.timeout);
 
   std::unique_ptr<TcpStoreServer> server;
   if (options.host_store && options.rank == 0 && !options.store) {
@@ -151,7 +151,13 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     if (!opened.ok()) return opened.status();
     store = std::move(opened).value();
   }
-  const std::shared_ptr<Store> scoped = MakePrefixStore(store, "chorus/" + options.name + "/");
+  // Each rank counts its own Creates of this name, so ranks that recreate a communicator after
+  // a failure meet in a fresh namespace instead of reading the last one's keys.
+  auto generation = store->Add("chorus/" + options.name + "/creates/" +
+                                   std::to_string(options.rank), 1);
+  if (!generation.ok()) return generation.status();
+  const std::shared_ptr<Store> scoped = MakePrefixStore(
+      store, "chorus/" + options.name + "/" + std::to_string(*generation) + "/");
 
   auto members = Join(*scoped, store->address(), options.rank, options.size, deadline,
                       options.timeout);

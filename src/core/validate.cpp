@@ -126,9 +126,11 @@ Status ValidateCommOptions(const CommOptions& options, int size, const char* op)
     return InvalidArgument(prefix + "options.segment_bytes (" + Str(options.segment_bytes) +
                            ") must be in [64, 1 GiB]");
   }
-  if (options.pipeline_depth < 1 || options.pipeline_depth > kMaxPipelineDepth) {
+  // The fused primitives hold one incoming segment while they wait for an outgoing slot, so a
+  // ring needs two slots per link to keep moving.
+  if (options.pipeline_depth < 2 || options.pipeline_depth > kMaxPipelineDepth) {
     return InvalidArgument(prefix + "options.pipeline_depth (" +
-                           std::to_string(options.pipeline_depth) + ") must be in [1, " +
+                           std::to_string(options.pipeline_depth) + ") must be in [2, " +
                            std::to_string(kMaxPipelineDepth) + "]");
   }
   return Status::Ok();

@@ -21,6 +21,15 @@ namespace chorus::internal {
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
+// now + timeout, saturating: a timeout of years means "no deadline", not an overflow.
+inline Deadline DeadlineAfter(std::chrono::milliseconds timeout) {
+  const Clock::time_point now = Clock::now();
+  if (timeout >= std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::max() - now)) {
+    return Deadline::max();
+  }
+  return now + timeout;
+}
+
 class Doorbell {
  public:
   // Wakes the owner if it sleeps. Call after publishing the change it should see.

@@ -54,8 +54,16 @@ void Control::Fail(const Status& status) {
 }
 
 Status Control::failure() const {
+  // The writer needs a few stores between states 1 and 2; a writer that died in between (a
+  // killed process) must not hang the reader.
+  const Clock::time_point give_up = Clock::now() + std::chrono::milliseconds(100);
   uint32_t state;
-  while ((state = fail_state_.load(std::memory_order_acquire)) == 1) YieldCpu();  // a few stores
+  while ((state = fail_state_.load(std::memory_order_acquire)) == 1) {
+    if (Clock::now() > give_up) {
+      return Unavailable("the group failed, but the rank recording why stopped midway");
+    }
+    YieldCpu();
+  }
   if (state == 0) return Status::Ok();
   return Status(static_cast<StatusCode>(fail_code_.load(std::memory_order_relaxed)),
                 fail_message_.Load());
@@ -63,6 +71,12 @@ Status Control::failure() const {
 
 void Control::Enter(int rank, uint64_t call_index) {
   ranks()[rank].started.store(call_index + 1, std::memory_order_relaxed);
+  ranks()[rank].active.store(call_index + 1, std::memory_order_release);
+}
+
+void Control::Depart(int rank) {
+  ranks()[rank].departed.store(true, std::memory_order_release);
+  RingAll();
 }
 
 std::string Control::Absentees(uint64_t call_index) const {
@@ -80,8 +94,10 @@ std::string Control::Absentees(uint64_t call_index) const {
 
 void Control::Reject(int rank, uint64_t call_index, const std::string& reason) {
   RankControl& me = ranks()[rank];
-  me.rejected_why.Store(reason);
-  me.rejected_call.store(call_index + 1, std::memory_order_release);
+  const uint64_t n = me.rejections.fetch_add(1, std::memory_order_relaxed);
+  const auto slot = static_cast<size_t>(n % kRejections);
+  me.rejected_why[slot].Store(reason);
+  me.rejected_call[slot].store(call_index + 1, std::memory_order_release);
   uint64_t latest = latest_rejection_.load(std::memory_order_relaxed);
   while (latest < call_index + 1 &&
          !latest_rejection_.compare_exchange_weak(latest, call_index + 1,
@@ -90,21 +106,29 @@ void Control::Reject(int rank, uint64_t call_index, const std::string& reason) {
   RingAll();
 }
 
+int Control::RejectionSlot(int rank, uint64_t call_index) const {
+  for (int slot = 0; slot < kRejections; ++slot) {
+    if (ranks()[rank].rejected_call[slot].load(std::memory_order_acquire) == call_index + 1) {
+      return slot;
+    }
+  }
+  return -1;
+}
+
 bool Control::Rejected(int rank, uint64_t call_index) const {
   if (latest_rejection_.load(std::memory_order_acquire) <= call_index) return false;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank && ranks()[r].rejected_call.load(std::memory_order_acquire) == call_index + 1) {
-      return true;
-    }
+    if (r != rank && RejectionSlot(r, call_index) >= 0) return true;
   }
   return false;
 }
 
 Status Control::Rejection(int rank, uint64_t call_index) const {
   for (int r = 0; r < size_; ++r) {
-    if (r != rank && ranks()[r].rejected_call.load(std::memory_order_acquire) == call_index + 1) {
+    const int slot = r == rank ? -1 : RejectionSlot(r, call_index);
+    if (slot >= 0) {
       return Aborted("rank " + std::to_string(r) + " rejected this call (" +
-                     ranks()[r].rejected_why.Load() + ")");
+                     ranks()[r].rejected_why[slot].Load() + ")");
     }
   }
   return Status::Ok();

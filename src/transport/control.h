@@ -83,8 +83,18 @@ class Control {
   bool failed() const { return fail_state_.load(std::memory_order_acquire) != 0; }
   Status failure() const;
 
+  // Brackets the time a rank runs call `call_index`'s algorithm (and may read peers' memory).
   void Enter(int rank, uint64_t call_index);
+  void Leave(int rank) { ranks()[rank].active.store(0, std::memory_order_release); }
+  // True while `rank` runs call `call_index`.
+  bool Active(int rank, uint64_t call_index) const {
+    return ranks()[rank].active.load(std::memory_order_acquire) == call_index + 1;
+  }
   std::string Absentees(uint64_t call_index) const;
+
+  // A rank whose communicator is gone (thread ranks only; processes are watched by pid).
+  void Depart(int rank);
+  bool Departed(int rank) const { return ranks()[rank].departed.load(std::memory_order_acquire); }
 
   void Reject(int rank, uint64_t call_index, const std::string& reason);
   Status Rejection(int rank, uint64_t call_index) const;
@@ -104,13 +114,23 @@ class Control {
     std::string Load() const;
   };
 
+  // A rank's last few rejections: enough for peers still waiting in an older call to learn
+  // why, even if the rank rejected more calls since.
+  static constexpr int kRejections = 4;
+
   struct alignas(64) RankControl {
     Doorbell bell;
-    std::atomic<uint64_t> started{0};        // calls started, for diagnostics
-    std::atomic<uint64_t> rejected_call{0};  // index + 1 of the last call it rejected
+    std::atomic<uint64_t> started{0};  // calls started, for diagnostics
+    std::atomic<uint64_t> active{0};   // call index + 1 while running it, else 0
+    std::atomic<uint64_t> rejections{0};
+    std::atomic<uint64_t> rejected_call[kRejections] = {};  // call index + 1, by rejection % 4
     std::atomic<int32_t> pid{0};
-    Text rejected_why;
+    std::atomic<bool> departed{false};
+    Text rejected_why[kRejections];
   };
+
+  // Where `rank` recorded its rejection of `call_index`, or -1.
+  int RejectionSlot(int rank, uint64_t call_index) const;
 
   explicit Control(int size) : size_(size) {}
   RankControl* ranks() { return reinterpret_cast<RankControl*>(this + 1); }

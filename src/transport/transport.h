@@ -88,8 +88,12 @@ class Transport {
   virtual bool failed() const = 0;
   virtual Status failure() const = 0;
 
-  // Records that this rank has started call `call_index` (for diagnosing timeouts).
+  // Brackets this rank's run of call `call_index`: peers use it to diagnose timeouts and to
+  // know when this rank no longer reads their memory.
   virtual void Enter(uint64_t call_index) = 0;
+  virtual void Leave() = 0;
+  // True while `peer` runs call `call_index`.
+  virtual bool PeerActive(int peer, uint64_t call_index) const = 0;
   // "ranks 2, 3 have not started call #4", or "" when every rank has.
   virtual std::string Absentees(uint64_t call_index) const = 0;
 

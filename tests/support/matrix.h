@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ inline std::string MatrixName(const MatrixParam& m) {
   return std::string(CollectiveKindName(m.kind)) + "_" + m.algorithm + "_p" +
          std::to_string(m.ranks) + "_" + kCounts[static_cast<int>(m.count_case)];
 }
+
+// Lets GoogleTest print a case by its name instead of its bytes.
+inline void PrintTo(const MatrixParam& m, std::ostream* os) { *os << MatrixName(m); }
 
 inline std::vector<MatrixParam> MatrixParams(const std::vector<int>& ranks) {
   std::vector<MatrixParam> params;

@@ -72,6 +72,10 @@ class ShmTransport final : public Transport {
   std::string DescribeDeath(int peer) const override;
   Status failure() const override { return control_.failure(); }
   void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
+  void Leave() override { control_.Leave(rank_); }
+  bool PeerActive(int peer, uint64_t call_index) const override {
+    return control_.Active(peer, call_index);
+  }
   std::string Absentees(uint64_t call_index) const override {
     return control_.Absentees(call_index);
   }

@@ -41,10 +41,11 @@ void* ThreadTransport::TryReserve(int peer) {
   ThreadGroup::Link& link = group_->link(rank_, peer);
   const int depth = group_->depth();
   if (!link.box.HasCredit(depth)) return nullptr;
-  if (!link.slots) {  // first use of this link: allocate and touch once, reuse forever
-    const size_t bytes = group_->slot_bytes() * static_cast<size_t>(depth);
-    link.slots = std::make_unique<std::byte[]>(bytes);
-    std::memset(link.slots.get(), 0, bytes);
+  if (!link.slots) {
+    // First use of this link: allocate once, reuse forever. Not zeroed: pages are touched by
+    // the first messages that need them, so links that only carry small messages (the direct
+    // algorithms use all p^2 of them) cost a page or two, not depth * slot_bytes.
+    link.slots.reset(new std::byte[group_->slot_bytes() * static_cast<size_t>(depth)]);
   }
   return link.slots.get() + (link.box.next() % static_cast<uint64_t>(depth)) * group_->slot_bytes();
 }

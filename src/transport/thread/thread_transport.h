@@ -54,6 +54,9 @@ class ThreadGroup {
 class ThreadTransport final : public Transport {
  public:
   ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank);
+  ~ThreadTransport() override { control_.Depart(rank_); }
+  ThreadTransport(const ThreadTransport&) = delete;
+  ThreadTransport& operator=(const ThreadTransport&) = delete;
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
@@ -71,10 +74,17 @@ class ThreadTransport final : public Transport {
   Doorbell& doorbell() override { return control_.bell(rank_); }
   void Fail(const Status& status) override { control_.Fail(status); }
   bool failed() const override { return control_.failed(); }
-  bool PeerAlive(int) override { return true; }  // threads die with the whole process
-  std::string DescribeDeath(int) const override { return ""; }
+  // A thread rank "dies" when its communicator is destroyed.
+  bool PeerAlive(int peer) override { return !control_.Departed(peer); }
+  std::string DescribeDeath(int peer) const override {
+    return "rank " + std::to_string(peer) + " destroyed its communicator";
+  }
   Status failure() const override { return control_.failure(); }
   void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
+  void Leave() override { control_.Leave(rank_); }
+  bool PeerActive(int peer, uint64_t call_index) const override {
+    return control_.Active(peer, call_index);
+  }
   std::string Absentees(uint64_t call_index) const override {
     return control_.Absentees(call_index);
   }
