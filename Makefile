@@ -54,7 +54,7 @@ TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_
 
 # Each recipe line runs after the previous target finished; the parallelism is inside CMake.
 .NOTPARALLEL:
-.PHONY: all deps configure build demo plot test test-build asan tsan consumer bench format \
+.PHONY: all deps configure build demo plot test test-build asan tsan shm-check consumer bench format \
         format-check clean
 
 all: build
@@ -82,8 +82,13 @@ test-build: build
 	@echo "== [$$(date +%T)] test $(BUILD_DIR)"
 	$(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
-# ctest's own summary stays the last thing printed, so CI can read the test count.
-test: test-build asan tsan
+# ctest's own summary stays the last thing printed, so CI can read the test count: the final
+# check that no test left a shared-memory segment behind prints only when it fails.
+test: test-build asan tsan shm-check
+
+shm-check:
+	@left=$$(ls /dev/shm 2>/dev/null | grep "^chorus-$$(id -u)-" || true); \
+	if [ -n "$$left" ]; then echo "FAIL: left in /dev/shm: $$left"; exit 1; fi
 
 asan: deps
 	@echo "== [$$(date +%T)] asan: build and test $(ASAN_DIR)"

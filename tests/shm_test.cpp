@@ -42,11 +42,14 @@ class TempDir {
   std::string path_;
 };
 
-std::vector<std::string> ChorusShmFiles() {
+// Segments rank 0 (process `rank0`) created and left behind; their names carry its pid.
+std::vector<std::string> LeftoverSegments(pid_t rank0) {
+  const std::string prefix =
+      "chorus-" + std::to_string(getuid()) + "-" + std::to_string(rank0) + "-";
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator("/dev/shm")) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("chorus-", 0) == 0) names.push_back(name);
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
   }
   return names;
 }
@@ -93,7 +96,6 @@ INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
                          [](const auto& param_info) { return testing::MatrixName(param_info.param); });
 
 TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
-  const auto before = ChorusShmFiles();
   const TempDir dir;
   const auto exits = ForkRanks(3, [&](int rank) -> std::string {
     CommOptions o = ShmOptions(rank, 3, dir.url());
@@ -108,7 +110,7 @@ TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
     return v == std::vector<int32_t>(5, 6) ? "" : "wrong sum";
   });
   ExpectAllOk(exits);
-  EXPECT_EQ(ChorusShmFiles(), before);
+  EXPECT_THAT(LeftoverSegments(exits[0].pid), ::testing::IsEmpty());
 }
 
 TEST(ShmCreate, TcpStoreHostedByRankZero) {
@@ -174,7 +176,6 @@ TEST(ShmCreate, RecreatingWithTheSameStoreAndNameStartsAfresh) {
 }
 
 TEST(ShmFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
-  const auto before = ChorusShmFiles();
   const TempDir dir;
   const auto start = std::chrono::steady_clock::now();
   const auto exits = ForkRanks(4, [&](int rank) -> std::string {
@@ -197,7 +198,7 @@ TEST(ShmFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
   for (int r : {0, 1, 3}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
   EXPECT_TRUE(WIFSIGNALED(exits[2].status) && WTERMSIG(exits[2].status) == SIGKILL);
   EXPECT_LT(seconds, 20.0);  // found through the pidfd, not the deadline
-  EXPECT_EQ(ChorusShmFiles(), before);
+  EXPECT_THAT(LeftoverSegments(exits[0].pid), ::testing::IsEmpty());
 }
 
 TEST(ShmFailure, MismatchedOptionsAcrossRanksAreRejected) {

@@ -26,6 +26,7 @@ inline void RunRanks(std::vector<Communicator>& comms,
 }
 
 struct RankExit {
+  pid_t pid = 0;
   int status = -1;     // as from waitpid
   std::string report;  // what fn returned (or "timed out")
   bool ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
@@ -83,6 +84,7 @@ inline std::vector<RankExit> ForkRanks(int n, const std::function<std::string(in
       close(pipes[r]);
       exits[r].report += " (timed out)";
     }
+    exits[r].pid = pids[r];
     waitpid(pids[r], &exits[r].status, 0);
   }
   return exits;

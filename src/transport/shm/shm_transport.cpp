@@ -117,14 +117,15 @@ class ShmSegment {
 
 namespace {
 
+// "/chorus-<uid>-<pid of rank 0>-<random>": the pid lets a test (or an operator) tell whose a
+// leftover would be.
 std::string RandomName() {
   uint64_t bits = 0;
   std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(&bits), sizeof(bits));
-  bits ^= static_cast<uint64_t>(getpid()) << 32 ^
-          static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-  char name[48];
-  std::snprintf(name, sizeof(name), "/chorus-%d-%016llx", static_cast<int>(getuid()),
-                static_cast<unsigned long long>(bits));
+  bits ^= static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  char name[64];
+  std::snprintf(name, sizeof(name), "/chorus-%d-%d-%016llx", static_cast<int>(getuid()),
+                static_cast<int>(getpid()), static_cast<unsigned long long>(bits));
   return name;
 }
 
