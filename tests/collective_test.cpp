@@ -31,7 +31,9 @@ TEST_P(CollectiveMatrix, ExactResults) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, CollectiveMatrix,
                          ::testing::ValuesIn(testing::MatrixParams({1, 2, 3, 4, 5, 7, 8})),
-                         [](const auto& param_info) { return testing::MatrixName(param_info.param); });
+                         [](const auto& param_info) {
+                           return testing::MatrixName(param_info.param);
+                         });
 
 }  // namespace
 }  // namespace chorus

@@ -17,8 +17,8 @@
 namespace chorus {
 namespace {
 
-using std::chrono::milliseconds;
 using chorus::testing::RunRanks;
+using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 using ::testing::HasSubstr;
@@ -300,7 +300,7 @@ TEST(CreateLocalGroup, RejectsBadOptions) {
   EXPECT_THAT(CreateLocalGroup(2, {.pipeline_depth = 1}).status().message(),
               HasSubstr("options.pipeline_depth (1) must be in [2, 16]"));
   EXPECT_EQ(CreateLocalGroup(0).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(CreateLocalGroup(0).status().message(), HasSubstr("CreateLocalGroup: size (0)"));
+  EXPECT_THAT(CreateLocalGroup(0).status().message(), HasSubstr("CreateLocalGroup: n (0)"));
   EXPECT_EQ(CreateLocalGroup(2, {.timeout = milliseconds(0)}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(CreateLocalGroup(2, {.segment_bytes = 1}).status().code(),
@@ -313,8 +313,9 @@ TEST(Communicator, SingleRankCopiesAndCounts) {
   auto comms = Group(1);
   std::vector<int64_t> in(5), out(5, 0);
   std::iota(in.begin(), in.end(), 3);
-  ASSERT_TRUE(comms[0].AllReduce(std::span<const int64_t>(in), std::span<int64_t>(out),
-                                 ReduceOp::kAvg).ok());
+  ASSERT_TRUE(comms[0]
+                  .AllReduce(std::span<const int64_t>(in), std::span<int64_t>(out), ReduceOp::kAvg)
+                  .ok());
   EXPECT_EQ(out, in);
   EXPECT_EQ(comms[0].traffic().total.bytes_sent, 0u);
   EXPECT_EQ(comms[0].traffic().total.calls, 1u);

@@ -1,8 +1,8 @@
 // Ranks as processes on one host: the collective matrix over the shm transport, setup through
 // stores, a peer killed mid-collective, and nothing left behind in /dev/shm.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -19,8 +19,8 @@
 namespace chorus {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ForkRanks;
+using ::testing::HasSubstr;
 using testing::MatrixParam;
 using testing::RankExit;
 namespace fs = std::filesystem;
@@ -93,7 +93,9 @@ TEST_P(ShmMatrix, ExactResults) {
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
                          ::testing::ValuesIn(testing::MatrixParams({1, 2, 3, 4, 5, 7, 8})),
-                         [](const auto& param_info) { return testing::MatrixName(param_info.param); });
+                         [](const auto& param_info) {
+                           return testing::MatrixName(param_info.param);
+                         });
 
 TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
   const TempDir dir;

@@ -67,8 +67,8 @@ TEST_P(TrafficMatchesModel, PerRankPerKind) {
 std::vector<TrafficParam> Params() {
   std::vector<TrafficParam> params;
   for (int p = 1; p <= 8; ++p) {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{1000}, size_t{1003},
-                         size_t{65539}}) {
+    for (size_t count :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{1000}, size_t{1003}, size_t{65539}}) {
       params.push_back({p, count});
     }
   }
@@ -87,8 +87,9 @@ TEST(TrafficMatchesModel, TheSeedsFigures) {
   testing::RunRanks(*group, [](Communicator& comm) {
     std::vector<float> grad(8, 1.0f), shard(2);
     ASSERT_TRUE(comm.AllReduce(std::span<float>(grad), ReduceOp::kAvg).ok());
-    ASSERT_TRUE(comm.ReduceScatter(std::span<const float>(grad), std::span<float>(shard),
-                                   ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        comm.ReduceScatter(std::span<const float>(grad), std::span<float>(shard), ReduceOp::kSum)
+            .ok());
     EXPECT_EQ(comm.traffic().of(CollectiveKind::kAllReduce).bytes_sent, 48u);
     EXPECT_EQ(comm.traffic().of(CollectiveKind::kReduceScatter).bytes_sent, 24u);
   });

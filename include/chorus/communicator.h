@@ -104,12 +104,13 @@ class Communicator {
     return AllReduce(MakeBuffer(inout), MakeBuffer(inout), op, options);
   }
   template <Element T>
-  Status ReduceScatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                       const CallOptions& options = {}) {
+  Status ReduceScatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                       ReduceOp op, const CallOptions& options = {}) {
     return ReduceScatter(MakeBuffer(send), MakeBuffer(recv), op, options);
   }
   template <Element T>
-  Status AllGather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, const CallOptions& options = {}) {
+  Status AllGather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                   const CallOptions& options = {}) {
     return AllGather(MakeBuffer(send), MakeBuffer(recv), options);
   }
 

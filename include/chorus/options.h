@@ -4,7 +4,8 @@
 //
 //   chorus::CommOptions opts{.timeout = std::chrono::seconds(5)};
 //   auto group = chorus::CreateLocalGroup(4, opts);
-//   comm.AllReduce(send, recv, chorus::ReduceOp::kSum, {.timeout = std::chrono::milliseconds(200)});
+//   comm.AllReduce(send, recv, chorus::ReduceOp::kSum, {.timeout =
+//   std::chrono::milliseconds(200)});
 //
 // Thread safety: values.
 #pragma once

@@ -68,7 +68,9 @@ class [[nodiscard]] Status {
 
 std::ostream& operator<<(std::ostream& os, const Status& status);
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status DeadlineExceeded(std::string m) {
   return {StatusCode::kDeadlineExceeded, std::move(m)};
 }
@@ -84,8 +86,8 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                         // NOLINT: implicit on purpose
-  Result(Status status) : v_(std::move(status)) {                   // NOLINT: implicit on purpose
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit on purpose
+  Result(Status status) : v_(std::move(status)) {  // NOLINT: implicit on purpose
     if (std::get<Status>(v_).ok()) v_ = Status(StatusCode::kInternal, "Result built from OK");
   }
 

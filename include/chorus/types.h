@@ -74,19 +74,51 @@ BFloat16 ToBFloat16(float f);
 // The DataType of a C++ element type.
 template <typename T>
 struct DataTypeOf;
-template <> struct DataTypeOf<int8_t> { static constexpr DataType value = DataType::kInt8; };
-template <> struct DataTypeOf<uint8_t> { static constexpr DataType value = DataType::kUint8; };
-template <> struct DataTypeOf<int32_t> { static constexpr DataType value = DataType::kInt32; };
-template <> struct DataTypeOf<uint32_t> { static constexpr DataType value = DataType::kUint32; };
-template <> struct DataTypeOf<int64_t> { static constexpr DataType value = DataType::kInt64; };
-template <> struct DataTypeOf<uint64_t> { static constexpr DataType value = DataType::kUint64; };
-template <> struct DataTypeOf<Float16> { static constexpr DataType value = DataType::kFloat16; };
-template <> struct DataTypeOf<BFloat16> { static constexpr DataType value = DataType::kBFloat16; };
-template <> struct DataTypeOf<float> { static constexpr DataType value = DataType::kFloat32; };
-template <> struct DataTypeOf<double> { static constexpr DataType value = DataType::kFloat64; };
+template <>
+struct DataTypeOf<int8_t> {
+  static constexpr DataType value = DataType::kInt8;
+};
+template <>
+struct DataTypeOf<uint8_t> {
+  static constexpr DataType value = DataType::kUint8;
+};
+template <>
+struct DataTypeOf<int32_t> {
+  static constexpr DataType value = DataType::kInt32;
+};
+template <>
+struct DataTypeOf<uint32_t> {
+  static constexpr DataType value = DataType::kUint32;
+};
+template <>
+struct DataTypeOf<int64_t> {
+  static constexpr DataType value = DataType::kInt64;
+};
+template <>
+struct DataTypeOf<uint64_t> {
+  static constexpr DataType value = DataType::kUint64;
+};
+template <>
+struct DataTypeOf<Float16> {
+  static constexpr DataType value = DataType::kFloat16;
+};
+template <>
+struct DataTypeOf<BFloat16> {
+  static constexpr DataType value = DataType::kBFloat16;
+};
+template <>
+struct DataTypeOf<float> {
+  static constexpr DataType value = DataType::kFloat32;
+};
+template <>
+struct DataTypeOf<double> {
+  static constexpr DataType value = DataType::kFloat64;
+};
 
 template <typename T>
-concept Element = requires { DataTypeOf<std::remove_cv_t<T>>::value; };
+concept Element = requires {
+  DataTypeOf<std::remove_cv_t<T>>::value;
+};
 
 // Read-only input buffer: `count` elements of `dtype` at `data`.
 struct ConstBuffer {
@@ -112,8 +144,7 @@ ConstBuffer MakeBuffer(std::span<const T> s) {
   return {s.data(), s.size(), DataTypeOf<T>::value};
 }
 template <Element T>
-  requires(!std::is_const_v<T>)
-MutableBuffer MakeBuffer(std::span<T> s) {
+requires(!std::is_const_v<T>) MutableBuffer MakeBuffer(std::span<T> s) {
   return {s.data(), s.size(), DataTypeOf<T>::value};
 }
 

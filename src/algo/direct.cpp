@@ -8,14 +8,8 @@
 namespace chorus::internal {
 namespace {
 
-template <typename T>
-T* Advance(T* base, size_t elems, size_t elem_size) {
-  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
-  return reinterpret_cast<Byte*>(base) + elems * elem_size;
-}
-
 Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  if (send != recv && count > 0) std::memcpy(recv, send, count * ctx.elem_size);
+  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
   return Status::Ok();
 }
 
@@ -149,8 +143,8 @@ Status AllGatherPhase(Channel& ch, const Partition& part, const void* mine, void
 Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
   if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
   Channel ch(ctx);
-  CHORUS_RETURN_IF_ERROR(
-      ReduceScatterPhase(ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
+  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(
+      ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
   return FlushAll(ch);
 }
 

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <type_traits>
 
 namespace chorus::internal {
 
@@ -44,5 +46,17 @@ class Partition {
 
 // (a mod n) for a possibly negative a.
 inline int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+// `base` moved forward by `elems` elements of `elem_size` bytes; keeps constness.
+template <typename T>
+T* Advance(T* base, size_t elems, size_t elem_size) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
+  return reinterpret_cast<Byte*>(base) + elems * elem_size;
+}
+
+// What every algorithm does on a single rank: the result is the input.
+inline void CopyUnlessInPlace(const void* send, void* recv, size_t bytes) {
+  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+}
 
 }  // namespace chorus::internal

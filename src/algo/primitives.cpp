@@ -1,10 +1,10 @@
 // Channel and the fused ring primitives (see primitives.h).
 #include "algo/primitives.h"
 
-#include "algo/select.h"
-
 #include <cstring>
 #include <string>
+
+#include "algo/select.h"
 
 namespace chorus::internal {
 
@@ -31,13 +31,12 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   const std::string me = "rank " + std::to_string(t_.rank());
   Status status;
   if (result == WaitResult::kTimedOut) {
-    status = DeadlineExceeded(op + ": " + me + " timed out after " +
-                              std::to_string(ctx_.timeout.count()) + " ms waiting for " + what +
-                              " rank " + std::to_string(peer) + " (call #" +
-                              std::to_string(ctx_.tag.call_index) + ", step " +
-                              std::to_string(step_ + 1) + " of " + std::to_string(steps_) +
-                              ", segment " + std::to_string(segment_ + 1) + " of " +
-                              std::to_string(segments_) + ")");
+    status = DeadlineExceeded(
+        op + ": " + me + " timed out after " + std::to_string(ctx_.timeout.count()) +
+        " ms waiting for " + what + " rank " + std::to_string(peer) + " (call #" +
+        std::to_string(ctx_.tag.call_index) + ", step " + std::to_string(step_ + 1) + " of " +
+        std::to_string(steps_) + ", segment " + std::to_string(segment_ + 1) + " of " +
+        std::to_string(segments_) + ")");
     if (const std::string absent = t_.Absentees(ctx_.tag.call_index); !absent.empty()) {
       status = DeadlineExceeded(status.message() + "; " + absent);
     }
@@ -55,34 +54,42 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   return status;
 }
 
-Status Channel::Await(int peer, size_t n, Message* m) {
+template <typename Ready>
+Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
   Transport& t = t_;
   const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r =
-      WaitUntil([&] { return t.TryPeek(peer, m); },
-                [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
-                t.doorbell(), ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "data from", peer);
+  const WaitResult r = WaitUntil(
+      ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell(),
+      ctx_.policy, ctx_.deadline);
+  if (r != WaitResult::kReady) return WaitFailed(r, what, peer);
+  return Status::Ok();
+}
+
+Status Channel::Await(int peer, size_t n, Message* m) {
+  CHORUS_RETURN_IF_ERROR(WaitFor(
+      peer, [&] { return t_.TryPeek(peer, m); }, "data from"));
   // A message that arrived after the group failed may point into a buffer its owner is about
   // to take back: leave it alone.
-  if (t.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
+  if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
   if (!(m->tag == ctx_.tag)) {
-    Status status = InvalidArgument(
-        std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
-        std::to_string(peer) + " is in " + Describe(m->tag) + ", rank " +
-        std::to_string(t_.rank()) + " is in " + Describe(ctx_.tag));
-    t_.Fail(status);
-    return status;
+    return FailGroup(InvalidArgument(std::string(CollectiveKindName(ctx_.tag.kind)) +
+                                     ": ranks disagree on the call: rank " + std::to_string(peer) +
+                                     " is in " + Describe(m->tag) + ", rank " +
+                                     std::to_string(t_.rank()) + " is in " + Describe(ctx_.tag)));
   }
-  if (m->bytes != n * ctx_.elem_size) {
-    Status status = Internal(std::string(CollectiveKindName(ctx_.tag.kind)) + ": rank " +
-                             std::to_string(t_.rank()) + " expected " +
-                             std::to_string(n * ctx_.elem_size) + " bytes from rank " +
-                             std::to_string(peer) + ", got " + std::to_string(m->bytes));
-    t_.Fail(status);
-    return status;
+  if (m->bytes != n * ctx_.elem_size) {  // same call, different CallOptions::segment_bytes
+    return FailGroup(InvalidArgument(
+        std::string(CollectiveKindName(ctx_.tag.kind)) + ": rank " + std::to_string(peer) +
+        " sent a segment of " + std::to_string(m->bytes) + " bytes where rank " +
+        std::to_string(t_.rank()) + " expected " + std::to_string(n * ctx_.elem_size) +
+        " (do the ranks pass the same CallOptions::segment_bytes?)"));
   }
   return Status::Ok();
+}
+
+Status Channel::FailGroup(Status status) {
+  t_.Fail(status);
+  return status;
 }
 
 void Channel::Done(int peer, const Message& m) {
@@ -91,14 +98,8 @@ void Channel::Done(int peer, const Message& m) {
 }
 
 Status Channel::Reserve(int peer, void** slot) {
-  Transport& t = t_;
-  const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r = WaitUntil([&] { return (*slot = t.TryReserve(peer)) != nullptr; },
-                                 [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
-                                 t.doorbell(),
-                                 ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "a free slot from", peer);
-  return Status::Ok();
+  return WaitFor(
+      peer, [&] { return (*slot = t_.TryReserve(peer)) != nullptr; }, "a slot released by");
 }
 
 void Channel::Publish(int peer, const void* data, size_t n) {
@@ -117,24 +118,15 @@ Status Channel::SendCopy(int peer, const void* src, size_t n) {
 
 Status Channel::SendRef(int peer, const void* src, size_t n) {
   if (!t_.zero_copy()) return SendCopy(peer, src, n);
-  Transport& t = t_;
-  const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r = WaitUntil([&] { return t.TryCredit(peer); },
-                                 [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); },
-                                 t.doorbell(),
-                                 ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "a free slot from", peer);
+  CHORUS_RETURN_IF_ERROR(WaitFor(
+      peer, [&] { return t_.TryCredit(peer); }, "a slot released by"));
   Publish(peer, src, n);
   return Status::Ok();
 }
 
 Status Channel::Flush(int peer) {
-  Transport& t = t_;
-  const WaitResult r = WaitUntil([&] { return t.Drained(peer); },
-                                 [&] { return t.failed() || !t.PeerAlive(peer); }, t.doorbell(),
-                                 ctx_.policy, ctx_.deadline);
-  if (r != WaitResult::kReady) return WaitFailed(r, "the last release from", peer);
-  return Status::Ok();
+  return WaitFor(
+      peer, [&] { return t_.Drained(peer); }, "the last release from");
 }
 
 Primitives::Primitives(const CallContext& ctx, int recv_peer, int send_peer)

@@ -36,9 +36,9 @@ struct CallContext {
   size_t segment_elems = 0;  // elements per message
   Deadline deadline;
   std::chrono::milliseconds timeout{0};  // for messages
-  std::byte* scratch = nullptr;           // segment_elems elements of this rank's own
-  const void** operands = nullptr;        // room for one pointer per rank
-  Message* messages = nullptr;            // room for one message per rank
+  std::byte* scratch = nullptr;          // segment_elems elements of this rank's own
+  const void** operands = nullptr;       // room for one pointer per rank
+  Message* messages = nullptr;           // room for one message per rank
   WaitPolicy policy;
   Traffic* traffic = nullptr;  // counters of this call's kind
 };
@@ -80,8 +80,13 @@ class Channel {
   Transport& transport() const { return t_; }
 
  private:
+  // Waits until ready(), the group fails, a rank rejects this call, `peer` dies or the
+  // deadline passes; `what` completes "waiting for <what> rank <peer>" in errors.
+  template <typename Ready>
+  Status WaitFor(int peer, Ready&& ready, const char* what);
   // Turns a wait that did not succeed into the call's error and fails the group.
   Status WaitFailed(WaitResult result, const char* what, int peer);
+  Status FailGroup(Status status);
 
   const CallContext& ctx_;
   Transport& t_;

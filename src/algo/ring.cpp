@@ -12,39 +12,31 @@ namespace {
 class Layout {
  public:
   Layout(const CallContext& ctx, size_t count)
-      : p_(ctx.transport->size()),
-        elem_(ctx.elem_size),
-        part_(count, p_, ctx.segment_elems) {}
+      : p_(ctx.transport->size()), elem_(ctx.elem_size), part_(count, p_, ctx.segment_elems) {}
 
   int ranks() const { return p_; }
   size_t segments() const { return part_.Segments(); }
   // Segment `seg` of chunk `chunk` (any integer, taken mod p) in a whole-buffer `base`.
   template <typename T>
   T* At(T* base, int chunk, size_t seg) const {
-    return Advance(base, part_.SegmentOffset(Mod(chunk, p_), seg));
+    return Advance(base, part_.SegmentOffset(Mod(chunk, p_), seg), elem_);
   }
   // The same segment within a buffer that holds only that chunk.
   template <typename T>
   T* InChunk(T* base, int chunk, size_t seg) const {
     const int c = Mod(chunk, p_);
-    return Advance(base, part_.SegmentOffset(c, seg) - part_.Offset(c));
+    return Advance(base, part_.SegmentOffset(c, seg) - part_.Offset(c), elem_);
   }
   size_t Size(int chunk, size_t seg) const { return part_.SegmentSize(Mod(chunk, p_), seg); }
 
  private:
-  template <typename T>
-  T* Advance(T* base, size_t elems) const {
-    using Byte = std::conditional_t<std::is_const_v<T>, const std::byte, std::byte>;
-    return reinterpret_cast<Byte*>(base) + elems * elem_;
-  }
-
   int p_;
   size_t elem_;
   Partition part_;
 };
 
 Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  if (send != recv && count > 0) std::memcpy(recv, send, count * ctx.elem_size);
+  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
   return Status::Ok();
 }
 

@@ -44,8 +44,8 @@ constexpr std::array<AlgorithmInfo, 7> kAlgorithms = {{
     {CollectiveKind::kAllGather, "direct",
      "every rank copies every block straight from its owner; 1 step",
      "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectAllGather},
-    {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
-     "otherwise", Always, RingAllGather},
+    {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes", "otherwise",
+     Always, RingAllGather},
 }};
 
 }  // namespace

@@ -11,8 +11,7 @@
 
 namespace chorus::internal {
 
-using AlgorithmFn = Status (*)(const CallContext& ctx, const void* send, void* recv,
-                               size_t count);
+using AlgorithmFn = Status (*)(const CallContext& ctx, const void* send, void* recv, size_t count);
 
 struct CallShapeForSelection {
   CollectiveKind kind;

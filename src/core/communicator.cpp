@@ -59,9 +59,9 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   // The recorded failure only: a peer that already left is no reason to refuse a call that
   // may not need it (a zero count); waits notice dead peers they depend on.
   if (const Status cause = transport_->failure(); !cause.ok()) {
-    sticky_ = Status(cause.code(), std::string(CollectiveKindName(kind)) + ": rank " +
-                                       std::to_string(rank()) + " cannot start: " +
-                                       cause.message());
+    sticky_ =
+        Status(cause.code(), std::string(CollectiveKindName(kind)) + ": rank " +
+                                 std::to_string(rank()) + " cannot start: " + cause.message());
     return sticky_;
   }
   const CallShape shape{kind, rank(), size(), transport_->slot_bytes()};
@@ -88,7 +88,10 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   CallContext ctx;
   ctx.transport = transport_.get();
   ctx.kernel = kind == CollectiveKind::kAllGather ? nullptr : &reduce::GetKernel(send.dtype, op);
-  ctx.tag = CallTag{call, total, kind, send.dtype,
+  ctx.tag = CallTag{call,
+                    total,
+                    kind,
+                    send.dtype,
                     kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op,
                     static_cast<uint8_t>(*algorithm - Algorithms().data())};
   ctx.elem_size = elem;
@@ -150,8 +153,8 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   if (options.transport != TransportKind::kAuto && options.transport != TransportKind::kThread) {
     return InvalidArgument("CreateLocalGroup: options.transport must be kAuto or kThread");
   }
-  auto group = std::make_shared<internal::ThreadGroup>(n, options.segment_bytes,
-                                                       options.pipeline_depth);
+  auto group =
+      std::make_shared<internal::ThreadGroup>(n, options.segment_bytes, options.pipeline_depth);
   std::vector<Communicator> comms;
   comms.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

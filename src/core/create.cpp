@@ -24,6 +24,7 @@ namespace {
 
 using internal::Clock;
 using internal::Deadline;
+using internal::Remaining;
 
 std::string ReadLine(const char* path) {
   std::string line;
@@ -38,24 +39,19 @@ std::string HostId() {
   return std::string(host) + "/" + ReadLine("/proc/sys/kernel/random/boot_id");
 }
 
-std::chrono::milliseconds Left(Deadline deadline) {
-  return std::max(std::chrono::milliseconds(1),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-}
-
 struct Member {
-  std::string host;
-  std::string pid;
+  std::string host;  // hostname and boot id
+  std::string pid;   // for error messages and debugging
 };
 
 // Publishes this rank and waits for every other one.
 Result<std::vector<Member>> Join(Store& store, const std::string& address, int rank, int size,
                                  Deadline deadline, std::chrono::milliseconds timeout) {
-  CHORUS_RETURN_IF_ERROR(store.Set("join/" + std::to_string(rank),
-                                   HostId() + "\n" + std::to_string(getpid())));
+  CHORUS_RETURN_IF_ERROR(
+      store.Set("join/" + std::to_string(rank), HostId() + "\n" + std::to_string(getpid())));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back("join/" + std::to_string(r));
-  if (Status s = store.Wait(keys, Left(deadline)); !s.ok()) {
+  if (Status s = store.Wait(keys, Remaining(deadline)); !s.ok()) {
     if (s.code() != StatusCode::kDeadlineExceeded) return s;
     std::vector<int> missing;
     for (int r = 0; r < size; ++r) {
@@ -68,12 +64,12 @@ Result<std::vector<Member>> Join(Store& store, const std::string& address, int r
     char waited[32];
     std::snprintf(waited, sizeof(waited), "%g s", static_cast<double>(timeout.count()) / 1000);
     return DeadlineExceeded("Create: waited " + std::string(waited) + " for " +
-                            (missing.size() == 1 ? "rank " : "ranks ") + list +
-                            " to join store " + address);
+                            (missing.size() == 1 ? "rank " : "ranks ") + list + " to join store " +
+                            address);
   }
   std::vector<Member> members;
   for (const std::string& key : keys) {
-    auto value = store.Get(key, Left(deadline));
+    auto value = store.Get(key, Remaining(deadline));
     if (!value.ok()) return value.status();
     const size_t newline = value->find('\n');
     members.push_back({value->substr(0, newline), value->substr(newline + 1)});
@@ -125,10 +121,14 @@ Result<TcpStoreServer::Options> ServerOptions(const std::string& url) {
 
 std::string_view TransportKindName(TransportKind kind) {
   switch (kind) {
-    case TransportKind::kAuto: return "auto";
-    case TransportKind::kThread: return "thread";
-    case TransportKind::kShm: return "shm";
-    case TransportKind::kTcp: return "tcp";
+    case TransportKind::kAuto:
+      return "auto";
+    case TransportKind::kThread:
+      return "thread";
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kTcp:
+      return "tcp";
   }
   return "unknown";
 }
@@ -147,26 +147,26 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   }
   std::shared_ptr<Store> store = options.store;
   if (!store) {
-    auto opened = OpenStore(options.store_url, {.connect_timeout = options.timeout});
+    auto opened = OpenStore(options.store_url, {.connect_timeout = Remaining(deadline)});
     if (!opened.ok()) return opened.status();
     store = std::move(opened).value();
   }
   // Each rank counts its own Creates of this name, so ranks that recreate a communicator after
   // a failure meet in a fresh namespace instead of reading the last one's keys.
-  auto generation = store->Add("chorus/" + options.name + "/creates/" +
-                                   std::to_string(options.rank), 1);
+  auto generation =
+      store->Add("chorus/" + options.name + "/creates/" + std::to_string(options.rank), 1);
   if (!generation.ok()) return generation.status();
-  const std::shared_ptr<Store> scoped = MakePrefixStore(
-      store, "chorus/" + options.name + "/" + std::to_string(*generation) + "/");
+  const std::shared_ptr<Store> scoped =
+      MakePrefixStore(store, "chorus/" + options.name + "/" + std::to_string(*generation) + "/");
 
-  auto members = Join(*scoped, store->address(), options.rank, options.size, deadline,
-                      options.timeout);
+  auto members =
+      Join(*scoped, store->address(), options.rank, options.size, deadline, options.timeout);
   if (!members.ok()) return members.status();
   for (int r = 0; r < options.size; ++r) {
     const Member& m = (*members)[static_cast<size_t>(r)];
     if (m.host != (*members)[0].host) {
-      return Unimplemented("Create: ranks span hosts (rank 0 on " + (*members)[0].host +
-                           ", rank " + std::to_string(r) + " on " + m.host +
+      return Unimplemented("Create: ranks span hosts (rank 0 on " + (*members)[0].host + ", rank " +
+                           std::to_string(r) + " on " + m.host +
                            "): that needs the TCP transport, which this build does not have yet");
     }
   }

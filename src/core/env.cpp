@@ -50,7 +50,8 @@ constexpr Source kSources[] = {
 // A name for this job that every rank on this host derives alike, for a file store.
 std::optional<std::string> LauncherJobKey() {
   if (auto id = Var("OMPI_MCA_ess_base_jobid")) return "ompi-" + *id;
-  if (auto id = Var("SLURM_JOB_ID")) return "slurm-" + *id + "." + Var("SLURM_STEP_ID").value_or("0");
+  if (auto id = Var("SLURM_JOB_ID"))
+    return "slurm-" + *id + "." + Var("SLURM_STEP_ID").value_or("0");
   // MPICH's hydra starts every rank of a host from one proxy process.
   if (Var("PMI_RANK")) return "pmi-" + std::to_string(getppid());
   return std::nullopt;

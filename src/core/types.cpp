@@ -1,9 +1,10 @@
 // Names, sizes and parsing of the enums in chorus/types.h and chorus/communicator.h.
+#include "chorus/types.h"
+
 #include <array>
 #include <string>
 
 #include "chorus/communicator.h"
-#include "chorus/types.h"
 
 namespace chorus {
 namespace {
@@ -33,14 +34,22 @@ struct Alias {
   DataType dtype;
 };
 constexpr std::array<Alias, 12> kDataTypeAliases = {{
-    {"char", DataType::kInt8},     {"uchar", DataType::kUint8},   {"int", DataType::kInt32},
-    {"uint", DataType::kUint32},   {"half", DataType::kFloat16},  {"fp16", DataType::kFloat16},
-    {"bf16", DataType::kBFloat16}, {"float", DataType::kFloat32}, {"fp32", DataType::kFloat32},
-    {"double", DataType::kFloat64}, {"fp64", DataType::kFloat64}, {"int64_t", DataType::kInt64},
+    {"char", DataType::kInt8},
+    {"uchar", DataType::kUint8},
+    {"int", DataType::kInt32},
+    {"uint", DataType::kUint32},
+    {"half", DataType::kFloat16},
+    {"fp16", DataType::kFloat16},
+    {"bf16", DataType::kBFloat16},
+    {"float", DataType::kFloat32},
+    {"fp32", DataType::kFloat32},
+    {"double", DataType::kFloat64},
+    {"fp64", DataType::kFloat64},
+    {"int64_t", DataType::kInt64},
 }};
 
-constexpr std::array<std::string_view, kNumReduceOps> kReduceOpNames = {"sum", "prod", "min",
-                                                                        "max", "avg"};
+constexpr std::array<std::string_view, kNumReduceOps> kReduceOpNames = {"sum", "prod", "min", "max",
+                                                                        "avg"};
 
 }  // namespace
 
@@ -78,9 +87,12 @@ std::optional<ReduceOp> ParseReduceOp(std::string_view name) {
 
 std::string_view CollectiveKindName(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllReduce: return "allreduce";
-    case CollectiveKind::kReduceScatter: return "reducescatter";
-    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kAllReduce:
+      return "allreduce";
+    case CollectiveKind::kReduceScatter:
+      return "reducescatter";
+    case CollectiveKind::kAllGather:
+      return "allgather";
   }
   return "unknown";
 }

@@ -52,8 +52,8 @@ Status ValidateCall(const CallShape& shape, ConstBuffer send, MutableBuffer recv
   CHORUS_RETURN_IF_ERROR(check.Buffer("send", send.data, send.count, send.dtype));
   CHORUS_RETURN_IF_ERROR(check.Buffer("recv", recv.data, recv.count, recv.dtype));
   if (recv.dtype != send.dtype) {
-    return check.Fail("recv.dtype (" + std::string(DataTypeName(recv.dtype)) +
-                      ") != send.dtype (" + std::string(DataTypeName(send.dtype)) + ")");
+    return check.Fail("recv.dtype (" + std::string(DataTypeName(recv.dtype)) + ") != send.dtype (" +
+                      std::string(DataTypeName(send.dtype)) + ")");
   }
   if (shape.kind != CollectiveKind::kAllGather && !IsValid(op)) {
     return check.Fail("op (" + std::to_string(static_cast<int>(op)) +
@@ -66,8 +66,8 @@ Status ValidateCall(const CallShape& shape, ConstBuffer send, MutableBuffer recv
   switch (shape.kind) {
     case CollectiveKind::kAllReduce:
       if (recv.count != send.count) {
-        return check.Fail("recv.count (" + Str(recv.count) + ") != send.count (" +
-                          Str(send.count) + ")");
+        return check.Fail("recv.count (" + Str(recv.count) + ") != send.count (" + Str(send.count) +
+                          ")");
       }
       in_place_at = static_cast<const std::byte*>(send.data);
       break;
@@ -90,20 +90,20 @@ Status ValidateCall(const CallShape& shape, ConstBuffer send, MutableBuffer recv
                             ? send.data == in_place_at
                             : static_cast<const std::byte*>(recv.data) == in_place_at;
   if (!in_place && Overlap(send.data, send.bytes(), recv.data, recv.bytes())) {
-    return check.Fail(
-        "send and recv overlap but the call is not in place (in place means " +
-        std::string(shape.kind == CollectiveKind::kAllReduce    ? "recv.data == send.data"
-                    : shape.kind == CollectiveKind::kAllGather ? "send.data == recv.data + rank * send.count"
-                                                                : "recv.data == send.data + rank * recv.count") +
-        ")");
+    return check.Fail("send and recv overlap but the call is not in place (in place means " +
+                      std::string(shape.kind == CollectiveKind::kAllReduce
+                                      ? "recv.data == send.data"
+                                  : shape.kind == CollectiveKind::kAllGather
+                                      ? "send.data == recv.data + rank * send.count"
+                                      : "recv.data == send.data + rank * recv.count") +
+                      ")");
   }
   if (options.segment_bytes) {
     const size_t seg = *options.segment_bytes;
     if (seg < elem || seg > shape.max_segment_bytes) {
       return check.Fail("options.segment_bytes (" + Str(seg) + ") must be between one " +
                         std::string(DataTypeName(send.dtype)) + " element (" + Str(elem) +
-                        ") and CommOptions::segment_bytes (" + Str(shape.max_segment_bytes) +
-                        ")");
+                        ") and CommOptions::segment_bytes (" + Str(shape.max_segment_bytes) + ")");
     }
   }
   if (options.timeout && options.timeout->count() <= 0) {
@@ -116,7 +116,8 @@ Status ValidateCall(const CallShape& shape, ConstBuffer send, MutableBuffer recv
 Status ValidateCommOptions(const CommOptions& options, int size, const char* op) {
   const std::string prefix = std::string(op) + ": ";
   if (size < 1 || size > 1024) {
-    return InvalidArgument(prefix + "size (" + std::to_string(size) + ") must be in [1, 1024]");
+    return InvalidArgument(prefix + (std::string(op) == "Create" ? "options.size (" : "n (") +
+                           std::to_string(size) + ") must be in [1, 1024]");
   }
   if (options.timeout.count() <= 0) {
     return InvalidArgument(prefix + "options.timeout (" + std::to_string(options.timeout.count()) +

@@ -12,6 +12,7 @@
 // Sleep() from the owning rank only.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -57,6 +58,12 @@ class Doorbell {
   alignas(64) std::atomic<uint32_t> seq_{0};
   std::atomic<uint32_t> sleepers_{0};
 };
+
+// What is left of `deadline`, at least 1 ms (for APIs that take a timeout).
+inline std::chrono::milliseconds Remaining(Deadline deadline) {
+  return std::max(std::chrono::milliseconds(1),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
 
 // How long to spin and to yield before sleeping.
 struct WaitPolicy {

@@ -1,9 +1,10 @@
 // Reduction kernels: one type-erased function pair per (DataType, ReduceOp), picked once per
 // call from a table.
 //
-//   const chorus::reduce::Kernel& k = chorus::reduce::GetKernel(DataType::kFloat32, ReduceOp::kAvg);
-//   k.combine(dst, a, b, n);              // dst = a + b          (every step but the last)
-//   k.finish(dst, a, b, n, /*ranks=*/4);  // dst = (a + b) / 4    (the step that completes it)
+//   const chorus::reduce::Kernel& k = chorus::reduce::GetKernel(DataType::kFloat32,
+//   ReduceOp::kAvg); k.combine(dst, a, b, n);              // dst = a + b          (every step but
+//   the last) k.finish(dst, a, b, n, /*ranks=*/4);  // dst = (a + b) / 4    (the step that
+//   completes it)
 //
 // dst may alias a or b exactly (in place); no other overlap. float16 and bfloat16 convert to
 // float32, combine, and round back to nearest even once per call. kAvg combines as kSum; its

@@ -7,7 +7,8 @@
 namespace chorus::internal {
 
 static_assert(sizeof(Control) % 64 == 0 && alignof(Control) == 64);
-static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
               "shared-memory control needs address-free atomics");
 
 size_t Control::Bytes(int size) {
@@ -99,9 +100,8 @@ void Control::Reject(int rank, uint64_t call_index, const std::string& reason) {
   me.rejected_why[slot].Store(reason);
   me.rejected_call[slot].store(call_index + 1, std::memory_order_release);
   uint64_t latest = latest_rejection_.load(std::memory_order_relaxed);
-  while (latest < call_index + 1 &&
-         !latest_rejection_.compare_exchange_weak(latest, call_index + 1,
-                                                  std::memory_order_acq_rel)) {
+  while (latest < call_index + 1 && !latest_rejection_.compare_exchange_weak(
+                                        latest, call_index + 1, std::memory_order_acq_rel)) {
   }
   RingAll();
 }

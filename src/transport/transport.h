@@ -64,8 +64,8 @@ class Transport {
   // The staging slot for the next message to `peer`, or nullptr while all credits are used.
   virtual void* TryReserve(int peer) = 0;
   // Posts the next message to `peer`. Precondition: the last TryReserve(peer) or
-  // TryCredit(peer) succeeded and nothing was posted to `peer` since. `m.data` is that slot or, when zero_copy(), memory of
-  // the caller's that stays valid and unchanged until Drained(peer).
+  // TryCredit(peer) succeeded and nothing was posted to `peer` since. `m.data` is that slot or,
+  // when zero_copy(), memory of the caller's that stays valid and unchanged until Drained(peer).
   virtual void Post(int peer, const Message& m) = 0;
   // The oldest unreleased message from `peer`, if one has arrived.
   virtual bool TryPeek(int peer, Message* m) = 0;

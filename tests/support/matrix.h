@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "chorus/chorus.h"
 #include "algo/select.h"
+#include "chorus/chorus.h"
 #include "support/pattern.h"
 
 namespace chorus::testing {
@@ -46,12 +46,17 @@ struct MatrixParam {
 // Count per rank block for reduce-scatter / all-gather, total for all-reduce.
 inline size_t CountOf(const MatrixParam& m) {
   switch (m.count_case) {
-    case CountCase::kZero: return 0;
-    case CountCase::kOne: return 1;
-    case CountCase::kSeven: return 7;
-    case CountCase::kEight: return 8;
+    case CountCase::kZero:
+      return 0;
+    case CountCase::kOne:
+      return 1;
+    case CountCase::kSeven:
+      return 7;
+    case CountCase::kEight:
+      return 8;
     case CountCase::kThousand:
-    case CountCase::kTinySegments: return 1000;
+    case CountCase::kTinySegments:
+      return 1000;
     case CountCase::kBig:
       return m.kind == CollectiveKind::kAllReduce
                  ? BigCount()
@@ -75,7 +80,8 @@ inline std::vector<MatrixParam> MatrixParams(const std::vector<int>& ranks) {
   for (const internal::AlgorithmInfo& algorithm : internal::Algorithms()) {
     for (int p : ranks) {
       for (int c = 0; c < kNumCountCases; ++c) {
-        params.push_back({algorithm.kind, p, static_cast<CountCase>(c), std::string(algorithm.name)});
+        params.push_back(
+            {algorithm.kind, p, static_cast<CountCase>(c), std::string(algorithm.name)});
       }
     }
   }
@@ -146,10 +152,9 @@ inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixPa
       const auto op = static_cast<ReduceOp>(o);
       if (small && op != ReduceOp::kSum && op != ReduceOp::kAvg) continue;
       for (bool in_place : {false, true}) {
-        const std::string what = std::string(DataTypeName(t)) + " " +
-                                 std::string(ReduceOpName(op)) +
-                                 (in_place ? " in-place" : " out-of-place") + " rank " +
-                                 std::to_string(r);
+        const std::string what =
+            std::string(DataTypeName(t)) + " " + std::string(ReduceOpName(op)) +
+            (in_place ? " in-place" : " out-of-place") + " rank " + std::to_string(r);
         Status s;
         std::string diff;
         switch (m.kind) {

@@ -31,35 +31,61 @@ inline int64_t InputValue(DataType t, ReduceOp op, int r, size_t i) {
 
 inline void Store(DataType t, void* base, size_t i, double v) {
   switch (t) {
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
-    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
+      break;
     case DataType::kFloat16:
       static_cast<Float16*>(base)[i] = ToFloat16(static_cast<float>(v));
       break;
     case DataType::kBFloat16:
       static_cast<BFloat16*>(base)[i] = ToBFloat16(static_cast<float>(v));
       break;
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
   }
 }
 
 inline double Load(DataType t, const void* base, size_t i) {
   switch (t) {
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case DataType::kFloat16: return ToFloat(static_cast<const Float16*>(base)[i]);
-    case DataType::kBFloat16: return ToFloat(static_cast<const BFloat16*>(base)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16:
+      return ToFloat(static_cast<const Float16*>(base)[i]);
+    case DataType::kBFloat16:
+      return ToFloat(static_cast<const BFloat16*>(base)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
   }
   return NAN;
 }
@@ -71,10 +97,18 @@ inline double Expected(DataType t, ReduceOp op, int p, size_t i) {
     const int64_t v = InputValue(t, op, r, i);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProd: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProd:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op != ReduceOp::kAvg) return static_cast<double>(acc);

@@ -53,9 +53,9 @@ class ShmSegment {
  public:
   static Result<std::unique_ptr<ShmSegment>> Create(const std::string& name, size_t bytes) {
     const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return Unavailable(Errno(("shm: cannot create " + name).c_str()));
+    if (fd < 0) return Unavailable(Errno(("Create: cannot create shared memory " + name).c_str()));
     if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const Status err = Unavailable(Errno(("shm: cannot size " + name).c_str()));
+      const Status err = Unavailable(Errno(("Create: cannot size shared memory " + name).c_str()));
       close(fd);
       shm_unlink(name.c_str());
       return err;
@@ -65,11 +65,11 @@ class ShmSegment {
 
   static Result<std::unique_ptr<ShmSegment>> Open(const std::string& name) {
     const int fd = shm_open(name.c_str(), O_RDWR, 0);
-    if (fd < 0) return Unavailable(Errno(("shm: cannot open " + name).c_str()));
+    if (fd < 0) return Unavailable(Errno(("Create: cannot open shared memory " + name).c_str()));
     struct stat st {};
     if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Prelude))) {
       close(fd);
-      return Unavailable("shm: " + name + " is not a chorus segment (too small)");
+      return Unavailable("Create: shared memory " + name + " is not a chorus segment (too small)");
     }
     return Map(fd, name, static_cast<size_t>(st.st_size), /*owner=*/false);
   }
@@ -104,7 +104,7 @@ class ShmSegment {
     if (data == MAP_FAILED) {
       errno = saved;
       if (owner) shm_unlink(name.c_str());
-      return Unavailable(Errno(("shm: cannot map " + name).c_str()));
+      return Unavailable(Errno(("Create: cannot map shared memory " + name).c_str()));
     }
     return std::unique_ptr<ShmSegment>(new ShmSegment(data, bytes, name, owner));
   }
@@ -121,17 +121,13 @@ namespace {
 // leftover would be.
 std::string RandomName() {
   uint64_t bits = 0;
-  std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(&bits), sizeof(bits));
+  std::ifstream("/dev/urandom", std::ios::binary)
+      .read(reinterpret_cast<char*>(&bits), sizeof(bits));
   bits ^= static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   char name[64];
   std::snprintf(name, sizeof(name), "/chorus-%d-%d-%016llx", static_cast<int>(getuid()),
                 static_cast<int>(getpid()), static_cast<unsigned long long>(bits));
   return name;
-}
-
-std::chrono::milliseconds Left(Deadline deadline) {
-  return std::max(std::chrono::milliseconds(1),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
 }
 
 // Touches `bytes` at `p` so the first collective does not pay the page faults.
@@ -154,16 +150,15 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
     auto created = ShmSegment::Create(RandomName(), layout.total);
     if (!created.ok()) return created.status();
     segment = std::move(created).value();
-    auto* prelude = new (segment->data()) Prelude{kMagic, config.size, config.depth,
-                                                  config.slot_bytes, layout.total, {0}};
+    new (segment->data())
+        Prelude{kMagic, config.size, config.depth, config.slot_bytes, layout.total, {0}};
     Control::Create(segment->data() + layout.control, config.size);
     for (size_t i = 0; i < static_cast<size_t>(config.size) * config.size; ++i) {
       new (segment->data() + layout.mailboxes + i * sizeof(Mailbox)) Mailbox();
     }
-    static_cast<void>(prelude);
     CHORUS_RETURN_IF_ERROR(store.Set("shm/name", segment->name()));
   } else {
-    auto name = store.Get("shm/name", Left(config.deadline));
+    auto name = store.Get("shm/name", Remaining(config.deadline));
     if (!name.ok()) return name.status();
     auto opened = ShmSegment::Open(*name);
     if (!opened.ok()) return opened.status();
@@ -172,7 +167,7 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
     if (segment->bytes() != layout.total || prelude->magic != kMagic ||
         prelude->size != config.size || prelude->depth != config.depth ||
         prelude->slot_bytes != config.slot_bytes) {
-      return FailedPrecondition("shm: segment " + *name +
+      return FailedPrecondition("Create: shm segment " + *name +
                                 " does not match this rank's options (size, segment_bytes and "
                                 "pipeline_depth must agree on every rank)");
     }
@@ -185,7 +180,8 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
   const size_t link_bytes = static_cast<size_t>(config.depth) * RoundUp(config.slot_bytes, 64);
   auto link_at = [&](int src, int dst) {
     return base + layout.staging +
-           (static_cast<size_t>(src) * static_cast<size_t>(config.size) + static_cast<size_t>(dst)) *
+           (static_cast<size_t>(src) * static_cast<size_t>(config.size) +
+            static_cast<size_t>(dst)) *
                link_bytes;
   };
   if (config.size > 1) Prefault(link_at(me, next), link_bytes, /*write=*/true);
@@ -202,7 +198,7 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
         if (control->pid(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
       segment->Unlink();
-      return DeadlineExceeded("shm: timed out waiting for ranks " + missing +
+      return DeadlineExceeded("Create: timed out waiting for rank(s) " + missing +
                               " to attach shared memory " + segment->name());
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -221,9 +217,8 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
       for (int open_fd : pidfds) {
         if (open_fd >= 0) close(open_fd);
       }
-      const Status dead = Unavailable("shm: rank " + std::to_string(r) + " (pid " +
-                                      std::to_string(control->pid(r)) +
-                                      ") exited during setup");
+      const Status dead = Unavailable("Create: rank " + std::to_string(r) + " (pid " +
+                                      std::to_string(control->pid(r)) + ") exited during setup");
       control->Fail(dead);
       return dead;
     }
@@ -261,8 +256,8 @@ Mailbox& ShmTransport::box(int src, int dst) {
 
 std::byte* ShmTransport::slot(int src, int dst, uint64_t index) {
   const size_t slot_stride = RoundUp(slot_bytes_, 64);
-  const size_t link = static_cast<size_t>(src) * static_cast<size_t>(size_) +
-                      static_cast<size_t>(dst);
+  const size_t link =
+      static_cast<size_t>(src) * static_cast<size_t>(size_) + static_cast<size_t>(dst);
   return staging_ + (link * static_cast<size_t>(depth_) +
                      static_cast<size_t>(index % static_cast<uint64_t>(depth_))) *
                         slot_stride;

@@ -85,9 +85,7 @@ class ShmTransport final : public Transport {
   Status Rejection(uint64_t call_index) const override {
     return control_.Rejection(rank_, call_index);
   }
-  bool Rejected(uint64_t call_index) const override {
-    return control_.Rejected(rank_, call_index);
-  }
+  bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
 
  private:
   Mailbox& box(int src, int dst);
@@ -103,8 +101,8 @@ class ShmTransport final : public Transport {
   const size_t slot_bytes_;
   const int depth_;
   const size_t segment_bytes_;
-  std::vector<int> pidfds_;                      // per rank; -1 for self
-  std::vector<Clock::time_point> next_check_;    // per rank: when to poll its pidfd again
+  std::vector<int> pidfds_;                    // per rank; -1 for self
+  std::vector<Clock::time_point> next_check_;  // per rank: when to poll its pidfd again
 };
 
 }  // namespace chorus::internal

@@ -19,8 +19,8 @@ ThreadGroup::~ThreadGroup() {
 }
 
 ThreadGroup::Link& ThreadGroup::link(int src, int dst) {
-  std::atomic<Link*>& cell = links_[static_cast<size_t>(src) * static_cast<size_t>(size()) +
-                                    static_cast<size_t>(dst)];
+  std::atomic<Link*>& cell =
+      links_[static_cast<size_t>(src) * static_cast<size_t>(size()) + static_cast<size_t>(dst)];
   Link* link = cell.load(std::memory_order_acquire);
   if (link != nullptr) return *link;
   auto fresh = std::make_unique<Link>();
@@ -51,8 +51,8 @@ void* ThreadTransport::TryReserve(int peer) {
 }
 
 void ThreadTransport::Post(int peer, const Message& m) {
-  group_->link(rank_, peer).box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag},
-                                     group_->depth());
+  group_->link(rank_, peer)
+      .box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag}, group_->depth());
   control_.bell(peer).Ring();
 }
 

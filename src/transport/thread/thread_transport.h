@@ -94,9 +94,7 @@ class ThreadTransport final : public Transport {
   Status Rejection(uint64_t call_index) const override {
     return control_.Rejection(rank_, call_index);
   }
-  bool Rejected(uint64_t call_index) const override {
-    return control_.Rejected(rank_, call_index);
-  }
+  bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
 
  private:
   std::shared_ptr<ThreadGroup> group_;
