@@ -1,9 +1,16 @@
 // `chorus demo`: the distributed-03 lesson (all-reduce versus reduce-scatter + all-gather) run
-// for real on a group of thread ranks. Every printed number comes from the run: a data-parallel
+// for real on a group of chorus ranks, threads of this process (--transport thread) or processes
+// on this host (--transport shm). Every printed number comes from the run: a data-parallel
 // gradient checked against a float64 reference, the result buffer sizes, the traffic counters
 // (which must equal the ring cost model), the latencies and a two-rank ownership table.
 //
 //   chorus demo --ranks 4 --count 8 --json demo.json --plot out/
+//   chorus demo --transport shm --ranks 4
+//
+// Each rank runs the same code on its own Communicator (see rank_group.h); what rank 0 prints
+// needs the other ranks' numbers, which it gets through the group's max and sum. With
+// --transport shm this program re-executes itself under `chorus launch --no-prefix`, one worker
+// process per rank, and rank 0's process prints and writes --json / --plot.
 //
 // stdout holds exactly the lesson's lines (the JSON record embeds it); notes go to stderr.
 #include <spawn.h>
@@ -11,7 +18,6 @@
 
 #include <algorithm>
 #include <array>
-#include <barrier>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -23,18 +29,18 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
 #include "commands.h"
 #include "model/cost_model.h"
+#include "rank_group.h"
 
 extern char** environ;  // NOLINT: handed to posix_spawn
 
@@ -50,8 +56,11 @@ constexpr int kWarmupReps = 100;
 constexpr int kMinBatchRows = 64;
 constexpr double kGradientTolerance = 1e-6;
 constexpr std::array<Kind, 3> kKinds = {Kind::kAllReduce, Kind::kReduceScatter, Kind::kAllGather};
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
 
 struct DemoFlags {
+  std::string transport = "thread";
   int ranks = 4;
   int count = 8;
   std::string dtype = "float32";
@@ -59,10 +68,14 @@ struct DemoFlags {
   std::string json_path;
   std::string plot_dir;
   int timeout_ms = 10000;
+  bool rank_worker = false;  // internal: this process is one rank under chorus launch
 };
 
-// What the run observed; the order of the arrays is all-reduce, reduce-scatter, then gather.
+// What the run observed, as rank 0 sees it; the order of the arrays is all-reduce,
+// reduce-scatter, then gather.
 struct DemoRecord {
+  int ranks = 0;
+  TransportKind transport = TransportKind::kThread;
   std::array<size_t, 3> shapes{};
   std::array<uint64_t, 3> modeled_bytes{};      // third: reduce-scatter + all-gather
   std::array<uint64_t, 3> measured_bytes{};     // third: reduce-scatter + all-gather
@@ -109,32 +122,6 @@ std::string ListString(const std::vector<T>& values) {
   return os.str();
 }
 
-// Runs body(comm, rank) on one thread per rank. A failing rank aborts the group so that its
-// peers stop waiting; the root cause (the first failure that is not a kAborted echo) is returned.
-Status RunOnRanks(std::vector<Communicator>& group,
-                  const std::function<Status(Communicator&, int)>& body) {
-  std::vector<Status> results(group.size());
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) {
-    threads.emplace_back([&, r] {
-      results[r] = body(group[r], static_cast<int>(r));
-      if (!results[r].ok()) group[r].Abort();
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  int culprit = -1;
-  for (size_t r = 0; r < results.size(); ++r) {
-    if (results[r].ok()) continue;
-    if (culprit < 0 || (results[culprit].code() == StatusCode::kAborted &&
-                        results[r].code() != StatusCode::kAborted)) {
-      culprit = static_cast<int>(r);
-    }
-  }
-  if (culprit < 0) return Status::Ok();
-  return {results[culprit].code(),
-          "rank " + std::to_string(culprit) + ": " + results[culprit].message()};
-}
-
 // ---------------------------------------------------------------- 1. data-parallel gradient
 // Least squares y ~ X w, evaluated at w = w_true + offset with y = X w_true + noise. All inputs
 // are small dyadic rationals, so float32 holds them exactly and the check measures the float32
@@ -163,192 +150,235 @@ std::vector<T> MseGradient(int begin, int end, int cols) {
   return grad;
 }
 
-Status Gradient(std::vector<Communicator>& group, int count, DemoRecord& rec) {
-  const int ranks = static_cast<int>(group.size());
-  const int rows_per_rank = (kMinBatchRows + ranks - 1) / ranks;
-  std::vector<std::vector<float>> local(ranks);
-  const Status run = RunOnRanks(group, [&](Communicator& comm, int r) {
-    local[r] = MseGradient<float>(r * rows_per_rank, (r + 1) * rows_per_rank, count);
-    return comm.AllReduce(std::span<float>(local[r]), ReduceOp::kAvg);
-  });
-  if (!run.ok()) return run;
-  const std::vector<double> reference = MseGradient<double>(0, ranks * rows_per_rank, count);
-  double worst = 0;
-  std::vector<std::string> shown;
-  for (int c = 0; c < count; ++c) {
-    shown.push_back(PyFloat(reference[c]));
-    for (int r = 0; r < ranks; ++r) worst = std::max(worst, std::abs(local[r][c] - reference[c]));
-  }
-  Emit(rec, "Gradient reference: " + ListString(shown));
-  Emit(rec, "Gradient max abs difference vs all-reduce: " + PyFloat(worst));
-  if (!(worst <= kGradientTolerance)) {
-    rec.failed_checks.push_back("gradient differs from the float64 reference by " + PyFloat(worst) +
-                                " > " + PyFloat(kGradientTolerance));
-  }
-  return Status::Ok();
-}
-
 // ---------------------------------------------------------------- 2-4. the three collectives
 // One rank's buffers for --dtype. Zero bytes are a valid zero in every chorus dtype.
-struct RankBuffers {
-  std::vector<std::byte> input, reduced, shard, gathered;
-};
-
 struct Workload {
   DataType dtype;
-  std::vector<RankBuffers> ranks;
+  std::vector<std::byte> input, reduced, shard, gathered;
   // Empty: the fastest algorithm the selection table picks. The byte count uses "ring", the
   // algorithm the seed's idealized model describes.
   CallOptions call;
 
-  Workload(DataType t, int n, size_t count) : dtype(t), ranks(n) {
+  Workload(DataType t, int ranks, size_t count, std::chrono::milliseconds timeout) : dtype(t) {
+    call.timeout = timeout;  // a process rank's communicator may have a longer default
     const size_t bytes = count * DataTypeSize(t);
-    for (RankBuffers& b : ranks) {
-      b.input.assign(bytes, std::byte{0});
-      b.reduced.assign(bytes, std::byte{0});
-      b.shard.assign(bytes / n, std::byte{0});
-      b.gathered.assign(bytes, std::byte{0});
-    }
+    input.assign(bytes, std::byte{0});
+    reduced.assign(bytes, std::byte{0});
+    shard.assign(bytes / static_cast<size_t>(ranks), std::byte{0});
+    gathered.assign(bytes, std::byte{0});
   }
   MutableBuffer Buf(std::vector<std::byte>& v) const {
     return {v.data(), v.size() / DataTypeSize(dtype), dtype};
   }
   // The all-gather sends the reduce-scatter's output, as in the lesson.
-  Status RunAll(Communicator& comm, int rank) {
-    for (Kind kind : kKinds) {
-      if (Status s = Run(comm, rank, kind); !s.ok()) return s;
-    }
+  Status RunAll(Communicator& comm) {
+    for (Kind kind : kKinds) CHORUS_RETURN_IF_ERROR(Run(comm, kind));
     return Status::Ok();
   }
-  Status Run(Communicator& comm, int rank, Kind kind) {
-    RankBuffers& b = ranks[rank];
+  Status Run(Communicator& comm, Kind kind) {
     switch (kind) {
       case Kind::kAllReduce:
-        return comm.AllReduce(Buf(b.input), Buf(b.reduced), ReduceOp::kSum, call);
+        return comm.AllReduce(Buf(input), Buf(reduced), ReduceOp::kSum, call);
       case Kind::kReduceScatter:
-        return comm.ReduceScatter(Buf(b.input), Buf(b.shard), ReduceOp::kSum, call);
+        return comm.ReduceScatter(Buf(input), Buf(shard), ReduceOp::kSum, call);
       case Kind::kAllGather:
-        return comm.AllGather(Buf(b.shard), Buf(b.gathered), call);
+        return comm.AllGather(Buf(shard), Buf(gathered), call);
     }
     return Internal("demo: unknown collective kind");
   }
 };
 
 std::string Shape(size_t n) { return "(" + std::to_string(n) + ",)"; }
-
-Status Shapes(std::vector<Communicator>& group, Workload& work, DemoRecord& rec) {
-  CHORUS_RETURN_IF_ERROR(
-      RunOnRanks(group, [&](Communicator& comm, int r) { return work.RunAll(comm, r); }));
-  RankBuffers& b = work.ranks[0];  // every rank has the same sizes; read rank 0's
-  rec.shapes = {work.Buf(b.reduced).count, work.Buf(b.shard).count, work.Buf(b.gathered).count};
-  Emit(rec, "Local result shapes: replicated " + Shape(rec.shapes[0]) + ", reduce-scatter " +
-                Shape(rec.shapes[1]) + ", gathered " + Shape(rec.shapes[2]));
-  return Status::Ok();
-}
-
 std::string PyBytes(uint64_t bytes) { return PyFloat(static_cast<double>(bytes)); }
 
-Status Bytes(std::vector<Communicator>& group, Workload& work, size_t count, DemoRecord& rec) {
-  const int ranks = static_cast<int>(group.size());
-  std::vector<TrafficCounters> traffic(ranks);
-  work.call.algorithm = "ring";
-  CHORUS_RETURN_IF_ERROR(RunOnRanks(group, [&](Communicator& comm, int r) {
-    comm.ResetTraffic();
-    const Status s = work.RunAll(comm, r);
-    traffic[r] = comm.traffic();
-    return s;
-  }));
-  work.call.algorithm.clear();
-  // The slowest rank sets the pace, so "per rank" means the maximum over ranks.
-  rec.modeled_bytes = {};
-  rec.measured_bytes = {};
-  for (int r = 0; r < ranks; ++r) {
-    const auto sent = [&](Kind k) { return traffic[r].of(k).bytes_sent; };
-    const auto model = [&](Kind k) { return model::RingBytesSent(k, ranks, r, count, work.dtype); };
-    const std::array<uint64_t, 3> modeled = {model(Kind::kAllReduce), model(Kind::kReduceScatter),
-                                             model(Kind::kReduceScatter) + model(Kind::kAllGather)};
-    const std::array<uint64_t, 3> measured = {sent(Kind::kAllReduce), sent(Kind::kReduceScatter),
-                                              sent(Kind::kReduceScatter) + sent(Kind::kAllGather)};
-    for (int i = 0; i < 3; ++i) {
-      rec.modeled_bytes[i] = std::max(rec.modeled_bytes[i], modeled[i]);
-      rec.measured_bytes[i] = std::max(rec.measured_bytes[i], measured[i]);
-    }
-    for (Kind k : kKinds) {
-      if (traffic[r].of(k).calls != 1) {
-        rec.failed_checks.push_back("rank " + std::to_string(r) + " counted " +
-                                    std::to_string(traffic[r].of(k).calls) + " " +
-                                    std::string(CollectiveKindName(k)) + " calls, expected 1");
-      }
-    }
+Status InStep(const char* step, const Status& s) {
+  return s.ok() ? s : Status(s.code(), std::string(step) + ": " + s.message());
+}
+
+// One rank's part of the lesson (everything but the ownership table). Only rank 0 prints and
+// fills the record; the others compute and contribute to the group's max and sum.
+class DemoRank {
+ public:
+  DemoRank(RankGroup& group, DataType dtype, int count, int reps, std::chrono::milliseconds timeout,
+           DemoRecord& rec)
+      : group_(group),
+        rank_(group.rank()),
+        ranks_(group.size()),
+        count_(count),
+        reps_(reps),
+        work_(dtype, group.size(), static_cast<size_t>(count), timeout),
+        rec_(rec) {}
+
+  Status Run() {
+    rec_.ranks = ranks_;
+    rec_.transport = group_.transport();
+    CHORUS_RETURN_IF_ERROR(InStep("gradient", Gradient()));
+    CHORUS_RETURN_IF_ERROR(InStep("shapes", Shapes()));
+    CHORUS_RETURN_IF_ERROR(InStep("bytes", Bytes()));
+    return InStep("latency", Latencies());
   }
-  Emit(rec, "Idealized ring bytes per rank: " + PyBytes(rec.modeled_bytes[0]) + " " +
-                PyBytes(rec.modeled_bytes[1]));
-  Emit(rec, "Measured ring bytes per rank: " + PyBytes(rec.measured_bytes[0]) + " " +
-                PyBytes(rec.measured_bytes[1]));
-  if (rec.modeled_bytes != rec.measured_bytes) {
-    rec.failed_checks.push_back(
-        "traffic counters disagree with the ring model (all-reduce, reduce-scatter, "
-        "scatter + gather): measured " +
-        ListString(std::vector(rec.measured_bytes.begin(), rec.measured_bytes.end())) +
-        ", modeled " + ListString(std::vector(rec.modeled_bytes.begin(), rec.modeled_bytes.end())));
+
+ private:
+  void Say(const std::string& line) {
+    if (rank_ == 0) Emit(rec_, line);
   }
+  void Check(bool ok, const std::string& what) {
+    if (rank_ == 0 && !ok) rec_.failed_checks.push_back(what);
+  }
+
+  Status Gradient();
+  Status Shapes();
+  Status Bytes();
+  Status Latencies();
+  Result<double> MedianMicros(Kind kind);
+
+  RankGroup& group_;
+  const int rank_;
+  const int ranks_;
+  const int count_;
+  const int reps_;
+  Workload work_;
+  DemoRecord& rec_;
+};
+
+// 1. Each rank's shard of the batch, averaged over ranks, against the whole batch in float64.
+Status DemoRank::Gradient() {
+  const int rows_per_rank = (kMinBatchRows + ranks_ - 1) / ranks_;
+  std::vector<float> local =
+      MseGradient<float>(rank_ * rows_per_rank, (rank_ + 1) * rows_per_rank, count_);
+  CHORUS_RETURN_IF_ERROR(group_.comm().AllReduce(std::span<float>(local), ReduceOp::kAvg,
+                                                 {.timeout = work_.call.timeout}));
+  const std::vector<double> reference = MseGradient<double>(0, ranks_ * rows_per_rank, count_);
+  double worst = 0;
+  for (int c = 0; c < count_; ++c) worst = std::max(worst, std::abs(local[c] - reference[c]));
+  // A NaN would vanish in the maximum; make it the worst possible difference instead.
+  if (std::isnan(worst)) worst = std::numeric_limits<double>::infinity();
+  CHORUS_RETURN_IF_ERROR(group_.MaxOverRanks(std::span<double>(&worst, 1)));
+  std::vector<std::string> shown;
+  for (double g : reference) shown.push_back(PyFloat(g));
+  Say("Gradient reference: " + ListString(shown));
+  Say("Gradient max abs difference vs all-reduce: " + PyFloat(worst));
+  Check(worst <= kGradientTolerance, "gradient differs from the float64 reference by " +
+                                         PyFloat(worst) + " > " + PyFloat(kGradientTolerance));
   return Status::Ok();
 }
 
-// Times `reps` calls of `kind` after a warm-up. An untimed barrier lines the ranks up before
-// each call; a call's time is the slowest rank's, and the result is the median of those.
-Result<double> MedianMicros(std::vector<Communicator>& group, Workload& work, Kind kind, int reps) {
-  const size_t ranks = group.size();
-  std::vector<double> micros(static_cast<size_t>(reps) * ranks);
-  std::barrier sync(static_cast<std::ptrdiff_t>(ranks));
-  CHORUS_RETURN_IF_ERROR(RunOnRanks(group, [&](Communicator& comm, int r) {
-    for (int i = -kWarmupReps; i < reps; ++i) {
-      sync.arrive_and_wait();
-      const auto start = std::chrono::steady_clock::now();
-      const Status s = work.Run(comm, r, kind);
-      const auto stop = std::chrono::steady_clock::now();
-      if (!s.ok()) {
-        sync.arrive_and_drop();  // let the other ranks reach their failing call
-        return s;
-      }
-      if (i >= 0)
-        micros[i * ranks + r] = std::chrono::duration<double, std::micro>(stop - start).count();
-    }
-    return Status::Ok();
-  }));
-  std::vector<double> slowest(reps);
-  for (int i = 0; i < reps; ++i) {
-    slowest[i] = *std::max_element(micros.begin() + i * ranks, micros.begin() + (i + 1) * ranks);
-  }
-  std::sort(slowest.begin(), slowest.end());
-  return reps % 2 ? slowest[reps / 2] : (slowest[reps / 2 - 1] + slowest[reps / 2]) / 2;
+// 2. Every rank has the same sizes; rank 0 reports its own.
+Status DemoRank::Shapes() {
+  CHORUS_RETURN_IF_ERROR(work_.RunAll(group_.comm()));
+  rec_.shapes = {work_.Buf(work_.reduced).count, work_.Buf(work_.shard).count,
+                 work_.Buf(work_.gathered).count};
+  Say("Local result shapes: replicated " + Shape(rec_.shapes[0]) + ", reduce-scatter " +
+      Shape(rec_.shapes[1]) + ", gathered " + Shape(rec_.shapes[2]));
+  return Status::Ok();
 }
 
-Status Latencies(std::vector<Communicator>& group, Workload& work, int reps, DemoRecord& rec) {
-  for (size_t i = 0; i < kKinds.size(); ++i) {
-    Result<double> median = MedianMicros(group, work, kKinds[i], reps);
-    CHORUS_RETURN_IF_ERROR(median.status());
-    rec.latency_us[i] = *median;
+// 3. Each rank's traffic counters after one ring call of each kind, against the cost model.
+Status DemoRank::Bytes() {
+  Communicator& comm = group_.comm();
+  comm.ResetTraffic();
+  work_.call.algorithm = "ring";
+  const Status run = work_.RunAll(comm);
+  work_.call.algorithm.clear();
+  CHORUS_RETURN_IF_ERROR(run);
+  const TrafficCounters traffic = comm.traffic();
+  // Rank r fills row r and leaves the others zero, so the sum over ranks gives rank 0 every
+  // rank's row: [sent per kind..., calls per kind...].
+  const size_t row = 2 * kKinds.size();
+  std::vector<uint64_t> table(row * static_cast<size_t>(ranks_), 0);
+  for (size_t k = 0; k < kKinds.size(); ++k) {
+    table[static_cast<size_t>(rank_) * row + k] = traffic.of(kKinds[k]).bytes_sent;
+    table[static_cast<size_t>(rank_) * row + kKinds.size() + k] = traffic.of(kKinds[k]).calls;
   }
-  Emit(rec, "Completed CPU median microseconds: {'all_reduce': " + PyFloat(rec.latency_us[0]) +
-                ", 'reduce_scatter': " + PyFloat(rec.latency_us[1]) +
-                ", 'all_gather_only': " + PyFloat(rec.latency_us[2]) + "}");
+  CHORUS_RETURN_IF_ERROR(group_.SumOverRanks(table));
+  if (rank_ != 0) return Status::Ok();
+
+  // The slowest rank sets the pace, so "per rank" means the maximum over ranks.
+  const size_t count = static_cast<size_t>(count_);
+  rec_.modeled_bytes = {};
+  rec_.measured_bytes = {};
+  for (int r = 0; r < ranks_; ++r) {
+    const uint64_t* sent = &table[static_cast<size_t>(r) * row];
+    const uint64_t* calls = sent + kKinds.size();
+    const auto model = [&](Kind k) {
+      return model::RingBytesSent(k, ranks_, r, count, work_.dtype);
+    };
+    const std::array<uint64_t, 3> modeled = {model(Kind::kAllReduce), model(Kind::kReduceScatter),
+                                             model(Kind::kReduceScatter) + model(Kind::kAllGather)};
+    const std::array<uint64_t, 3> measured = {sent[0], sent[1], sent[1] + sent[2]};
+    for (size_t i = 0; i < 3; ++i) {
+      rec_.modeled_bytes[i] = std::max(rec_.modeled_bytes[i], modeled[i]);
+      rec_.measured_bytes[i] = std::max(rec_.measured_bytes[i], measured[i]);
+      Check(calls[i] == 1, "rank " + std::to_string(r) + " counted " + std::to_string(calls[i]) +
+                               " " + std::string(CollectiveKindName(kKinds[i])) +
+                               " calls, expected 1");
+    }
+  }
+  Say("Idealized ring bytes per rank: " + PyBytes(rec_.modeled_bytes[0]) + " " +
+      PyBytes(rec_.modeled_bytes[1]));
+  Say("Measured ring bytes per rank: " + PyBytes(rec_.measured_bytes[0]) + " " +
+      PyBytes(rec_.measured_bytes[1]));
+  Check(rec_.modeled_bytes == rec_.measured_bytes,
+        "traffic counters disagree with the ring model (all-reduce, reduce-scatter, "
+        "scatter + gather): measured " +
+            ListString(std::vector(rec_.measured_bytes.begin(), rec_.measured_bytes.end())) +
+            ", modeled " +
+            ListString(std::vector(rec_.modeled_bytes.begin(), rec_.modeled_bytes.end())));
+  return Status::Ok();
+}
+
+// 4. Times `reps_` calls of `kind` after a warm-up. An untimed barrier lines the ranks up before
+// each call; a call's time is the slowest rank's (one max over ranks after the loop), and the
+// result is the median of those.
+Result<double> DemoRank::MedianMicros(Kind kind) {
+  std::vector<double> micros(static_cast<size_t>(reps_));
+  for (int i = -kWarmupReps; i < reps_; ++i) {
+    CHORUS_RETURN_IF_ERROR(group_.Barrier());
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = work_.Run(group_.comm(), kind);
+    const auto stop = std::chrono::steady_clock::now();
+    CHORUS_RETURN_IF_ERROR(s);
+    if (i >= 0) {
+      micros[static_cast<size_t>(i)] =
+          std::chrono::duration<double, std::micro>(stop - start).count();
+    }
+  }
+  CHORUS_RETURN_IF_ERROR(group_.MaxOverRanks(micros));
+  return Median(micros);
+}
+
+Status DemoRank::Latencies() {
+  for (size_t i = 0; i < kKinds.size(); ++i) {
+    Result<double> median = MedianMicros(kKinds[i]);
+    CHORUS_RETURN_IF_ERROR(median.status());
+    rec_.latency_us[i] = *median;
+  }
+  Say("Completed CPU median microseconds: {'all_reduce': " + PyFloat(rec_.latency_us[0]) +
+      ", 'reduce_scatter': " + PyFloat(rec_.latency_us[1]) +
+      ", 'all_gather_only': " + PyFloat(rec_.latency_us[2]) + "}");
   return Status::Ok();
 }
 
 // ---------------------------------------------------------------- 5. who owns what
+// A two-rank group of threads in the calling process, on every transport: rank 0 must read both
+// participants' buffers to print the table, and with --transport shm it is the only process
+// that prints. The JSON record says so (data.config.ownershipTableTransport).
 Status OwnershipTable(const CommOptions& options, DemoRecord& rec) {
-  Result<std::vector<Communicator>> pair = CreateLocalGroup(2, options);
-  CHORUS_RETURN_IF_ERROR(pair.status());
   std::vector<std::vector<int32_t>> contribution = {{1, 2}, {3, 4}};
   std::vector<std::vector<int32_t>> shard(2, std::vector<int32_t>(1));
   std::vector<std::vector<int32_t>> gathered(2, std::vector<int32_t>(2));
-  CHORUS_RETURN_IF_ERROR(RunOnRanks(*pair, [&](Communicator& comm, int r) {
-    const Status s = comm.ReduceScatter(std::span<const int32_t>(contribution[r]),
-                                        std::span<int32_t>(shard[r]), ReduceOp::kSum);
-    if (!s.ok()) return s;
-    return comm.AllGather(std::span<const int32_t>(shard[r]), std::span<int32_t>(gathered[r]));
-  }));
+  CHORUS_RETURN_IF_ERROR(RunThreadRanks(
+      2, options,
+      [&](RankGroup& pair) {
+        Communicator& comm = pair.comm();
+        const size_t r = static_cast<size_t>(pair.rank());
+        CHORUS_RETURN_IF_ERROR(comm.ReduceScatter(std::span<const int32_t>(contribution[r]),
+                                                  std::span<int32_t>(shard[r]), ReduceOp::kSum));
+        return comm.AllGather(std::span<const int32_t>(shard[r]), std::span<int32_t>(gathered[r]));
+      },
+      {.program = "chorus demo",
+       .stall = 2 * options.timeout + std::chrono::seconds(10),
+       .exit_code = kExitFailed}));
   rec.table = {{"Stage", "Participant 0", "Participant 1"},
                {"Contribution", ListString(contribution[0]), ListString(contribution[1])},
                {"Reduce-scatter", ListString(shard[0]), ListString(shard[1])},
@@ -395,13 +425,19 @@ Json ToJson(const DemoRecord& rec, const DemoFlags& flags) {
         {static_cast<double>(v[0]), static_cast<double>(v[1]), static_cast<double>(v[2])});
   };
   const auto& t = rec.table;
+  // The table always comes from thread ranks (see OwnershipTable); say so when the rest did not.
+  const std::string where =
+      rec.transport == TransportKind::kThread
+          ? ""
+          : " (two thread ranks inside rank 0's process; the rest of the run used " +
+                std::string(TransportKindName(rec.transport)) + ")";
   const std::string reading =
       "Participant 0 contributed " + t[1][1] + " and participant 1 contributed " + t[1][2] +
       ". Reduce-scatter summed them and left participant 0 with " + t[2][1] +
       " and participant 1 with " + t[2][2] +
       ", so at that point neither held the whole result. All-gather then gave each " + t[3][1] +
-      ". The values were read back from the buffers of a real two-rank chorus group; the table "
-      "shows who owns what, not the order in which bytes moved.";
+      ". The values were read back from the buffers of a real two-rank chorus group" + where +
+      "; the table shows who owns what, not the order in which bytes moved.";
   Json panel_table = {
       {"kind", "table"}, {"headers", t[0]}, {"rows", std::vector(t.begin() + 1, t.end())}};
   Json out;
@@ -411,15 +447,13 @@ Json ToJson(const DemoRecord& rec, const DemoFlags& flags) {
   out["generatedAt"] = UtcNow();
   out["provenance"] = "chorus demo";
   out["environment"] = {{"backend", "cpu"},
-                        {"deviceCount", flags.ranks},
-                        {"transport", "thread"},
+                        {"deviceCount", rec.ranks},
+                        {"transport", TransportKindName(rec.transport)},
                         {"chorus", kChorusVersion}};
   out["stdout"] = rec.stdout_text;
-  out["data"]["config"] = {{"ranks", flags.ranks},
-                           {"count", flags.count},
-                           {"dtype", flags.dtype},
-                           {"reps", flags.reps},
-                           {"warmupReps", kWarmupReps}};
+  out["data"]["config"] = {{"ranks", rec.ranks},        {"count", flags.count},
+                           {"dtype", flags.dtype},      {"reps", flags.reps},
+                           {"warmupReps", kWarmupReps}, {"ownershipTableTransport", "thread"}};
   out["data"]["panels"] =
       Json::array({{{"kind", "bar"},
                     {"labels", {"all-reduce", "reduce-scatter", "after gather"}},
@@ -499,49 +533,91 @@ bool RunPlotScript(const fs::path& json_path, const fs::path& dir) {
   return true;
 }
 
-int Fail(const char* step, const Status& s) {
-  std::cerr << "chorus demo: " << step << " failed: " << s << '\n';
-  return 1;
+int Fail(const Status& s) {
+  std::cerr << "chorus demo: failed: " << s << '\n';
+  return kExitFailed;
 }
 
-int RunDemo(const DemoFlags& flags) {
-  const DataType dtype = *ParseDataType(flags.dtype);  // the flag's validator accepted it
-  if (flags.count % flags.ranks != 0) {
-    std::cerr << "chorus demo: --count (" << flags.count << ") must be a multiple of --ranks ("
-              << flags.ranks << "): reduce-scatter gives every rank count/ranks values\n";
-    return 2;
-  }
-  const CommOptions options{.timeout = std::chrono::milliseconds(flags.timeout_ms)};
-  Result<std::vector<Communicator>> group = CreateLocalGroup(flags.ranks, options);
-  if (!group.ok()) return Fail("CreateLocalGroup", group.status());
-
-  DemoRecord rec;
-  Workload work(dtype, flags.ranks, static_cast<size_t>(flags.count));
-  if (Status s = Gradient(*group, flags.count, rec); !s.ok()) return Fail("gradient", s);
-  if (Status s = Shapes(*group, work, rec); !s.ok()) return Fail("shapes", s);
-  if (Status s = Bytes(*group, work, flags.count, rec); !s.ok()) return Fail("bytes", s);
-  if (Status s = Latencies(*group, work, flags.reps, rec); !s.ok()) return Fail("latency", s);
-  if (Status s = OwnershipTable(options, rec); !s.ok()) return Fail("ownership table", s);
-
+// Rank 0's last steps: the ownership table, the verdict, the record and the plots.
+int Finish(const DemoFlags& flags, const CommOptions& options, DemoRecord& rec) {
+  if (Status s = OwnershipTable(options, rec); !s.ok()) return Fail(InStep("ownership table", s));
   // A record of a run that failed its checks would look like a good one: write none.
   if (!rec.failed_checks.empty()) {
-    for (const std::string& f : rec.failed_checks)
+    for (const std::string& f : rec.failed_checks) {
       std::cerr << "chorus demo: check failed: " << f << '\n';
-    return 1;
+    }
+    return kExitFailed;
   }
   const Json record = ToJson(rec, flags);
-  if (!flags.json_path.empty() && !WriteJson(record, flags.json_path)) return 1;
+  if (!flags.json_path.empty() && !WriteJson(record, flags.json_path)) return kExitFailed;
   if (!flags.plot_dir.empty()) {
     const fs::path dir = flags.plot_dir;
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) {
       std::cerr << "chorus demo: cannot create " << dir << ": " << ec.message() << '\n';
-      return 1;
+      return kExitFailed;
     }
-    if (!WriteJson(record, dir / "demo.json") || !RunPlotScript(dir / "demo.json", dir)) return 1;
+    if (!WriteJson(record, dir / "demo.json") || !RunPlotScript(dir / "demo.json", dir)) {
+      return kExitFailed;
+    }
   }
   return 0;
+}
+
+// What a worker process needs to repeat this run as one rank; the launcher sets the group.
+std::vector<std::string> WorkerArgs(const DemoFlags& flags) {
+  std::vector<std::string> args = {"demo",
+                                   "--rank-worker",
+                                   "--count=" + std::to_string(flags.count),
+                                   "--dtype=" + flags.dtype,
+                                   "--reps=" + std::to_string(flags.reps),
+                                   "--timeout-ms=" + std::to_string(flags.timeout_ms)};
+  if (!flags.json_path.empty()) args.push_back("--json=" + flags.json_path);
+  if (!flags.plot_dir.empty()) args.push_back("--plot=" + flags.plot_dir);
+  return args;
+}
+
+int RunDemo(const DemoFlags& flags) {
+  const DataType dtype = *ParseDataType(flags.dtype);  // the flags' validators accepted them
+  const TransportKind transport =
+      flags.rank_worker ? TransportKind::kShm : *ParseCliTransport(flags.transport);
+  if (!flags.rank_worker) {
+    if (flags.count % flags.ranks != 0) {
+      std::cerr << "chorus demo: --count (" << flags.count << ") must be a multiple of --ranks ("
+                << flags.ranks << "): reduce-scatter gives every rank count/ranks values\n";
+      return kExitUsage;
+    }
+    if (transport == TransportKind::kShm) {
+      return ExecUnderLauncher("chorus demo", flags.ranks, WorkerArgs(flags), kExitFailed);
+    }
+  }
+  const CommOptions options{.timeout = std::chrono::milliseconds(flags.timeout_ms)};
+  DemoRecord rec;  // rank 0's
+  bool rank_zero_here = false;
+  const RankBody body = [&](RankGroup& group) -> Status {
+    if (flags.count % group.size() != 0) {
+      return InvalidArgument("--count (" + std::to_string(flags.count) +
+                             ") is not a multiple of the group size (" +
+                             std::to_string(group.size()) + ")");
+    }
+    DemoRecord ignored;
+    const bool zero = group.rank() == 0;
+    if (zero) rank_zero_here = true;  // only rank 0 writes it: thread ranks share it
+    return DemoRank(group, dtype, flags.count, flags.reps, options.timeout, zero ? rec : ignored)
+        .Run();
+  };
+  const Watchdog::Options watch{.program = "chorus demo",
+                                .stall = 2 * options.timeout + std::chrono::seconds(10),
+                                .exit_code = kExitFailed};
+  CommOptions shm = options;
+  shm.transport = TransportKind::kShm;
+  const Status status = transport == TransportKind::kThread
+                            ? RunThreadRanks(flags.ranks, options, body, watch)
+                            : RunProcessRank(shm, body, watch);
+  if (!status.ok()) return Fail(status);
+  if (!rank_zero_here) return 0;  // a worker process other than rank 0's
+  return Finish(flags, options, rec);
 }
 
 }  // namespace
@@ -550,10 +626,15 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
       "demo",
-      "Run the reduce-scatter / all-gather lesson on thread ranks and check it against "
-      "the ring cost model");
-  cmd->add_option("--ranks", flags->ranks, "ranks (threads) in the group")
-      ->check(CLI::Range(1, 4096))
+      "Run the reduce-scatter / all-gather lesson on thread or process ranks and check it "
+      "against the ring cost model");
+  cmd->add_option("-t,--transport", flags->transport,
+                  "thread: ranks are threads of this process; shm: ranks are processes on this "
+                  "host (started through chorus launch)")
+      ->check(CLI::IsMember({"thread", "shm"}))
+      ->capture_default_str();
+  cmd->add_option("-n,--ranks", flags->ranks, "ranks (threads or processes) in the group")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--count", flags->count,
                   "elements per buffer and parameters of the gradient model; a multiple of --ranks")
@@ -580,6 +661,8 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
   cmd->add_option("--timeout-ms", flags->timeout_ms, "deadline of every collective call")
       ->check(CLI::Range(1, 3'600'000))
       ->capture_default_str();
+  // Internal: set by the parent for each process it starts through chorus launch.
+  cmd->add_flag("--rank-worker", flags->rank_worker, "")->group("");
   cmd->callback([flags, &exit_code] { exit_code = RunDemo(*flags); });
 }
 

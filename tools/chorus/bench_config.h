@@ -1,0 +1,100 @@
+// bench_config.h: `chorus bench`'s flags, their validation into a BenchConfig, and the size
+// sweep. Sizes are total buffer bytes as in nccl-tests (all-reduce: the buffer, reduce-scatter:
+// the input, all-gather: the output); the per-rank count follows, rounded down, at least one
+// element per rank, and a size that rounds to the previous one is skipped.
+//
+//   Result<BenchConfig> cfg = MakeConfig(flags);          // flags as CLI11 filled them
+//   std::vector<SizePoint> sizes = MakeSizes(*cfg, BenchOp::kAllGather, /*ranks=*/4);
+//
+// Thread safety: values and pure functions.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus::cli {
+
+enum class BenchOp : uint8_t { kAllReduce, kReduceScatter, kAllGather };
+
+// The peers' CSV spelling: allreduce, reduce_scatter, allgather.
+std::string_view BenchOpName(BenchOp op);
+CollectiveKind KindOf(BenchOp op);
+// Accepts allreduce, all_reduce, all-reduce, AllReduce, ... (and likewise for the other two).
+std::optional<BenchOp> ParseBenchOp(std::string_view name);
+// nccl-tests bus bandwidth factors: what a ring moves per rank relative to the buffer.
+double BusFactor(BenchOp op, int ranks);
+// "4096", "32K", "64M", "1G", "8KiB", "2mb": suffixes are powers of 1024.
+std::optional<size_t> ParseBytes(std::string_view text);
+
+struct BenchConfig {
+  std::vector<BenchOp> ops;
+  TransportKind transport = TransportKind::kThread;
+  int ranks = 2;  // the parent's -n; a worker takes its group's size instead
+  size_t min_bytes = 32;
+  size_t max_bytes = size_t{32} << 20;
+  uint64_t step_factor = 2;
+  size_t step_bytes = 0;      // > 0: add instead of multiplying
+  std::vector<size_t> sizes;  // non-empty: exactly these sizes (--sizes)
+  DataType dtype = DataType::kFloat32;
+  ReduceOp redop = ReduceOp::kSum;
+  int warmup = 5;
+  int iters = 0;  // 0: automatic
+  bool check = false;
+  bool csv = false;
+  bool csv_header = false;
+  std::string lib = "chorus";
+  std::chrono::milliseconds timeout{30000};
+  size_t segment_bytes = 0;  // 0: the library's default
+  std::string algo;          // CallOptions::algorithm of every timed call; empty: selection
+};
+
+// What CLI11 writes into; MakeConfig turns it into a BenchConfig, with error messages.
+struct BenchFlags {
+  std::string op = "allreduce";
+  std::string ops;
+  std::string transport = "thread";
+  int ranks = 2;
+  std::string min_bytes = "32";
+  std::string max_bytes = "32M";
+  uint64_t step_factor = 2;
+  std::string step_bytes;
+  std::string sizes;
+  std::string dtype = "float32";
+  std::string redop = "sum";
+  int warmup = 5;
+  int iters = 0;
+  std::string check;
+  const CLI::Option* check_option = nullptr;
+  bool csv = false;
+  bool csv_header = false;
+  std::string lib = "chorus";
+  int64_t timeout_ms = 30000;
+  std::string segment_bytes;
+  std::string algo;
+  bool list_algos = false;
+  bool rank_worker = false;  // internal: this process is one rank under chorus launch
+};
+
+Result<BenchConfig> MakeConfig(const BenchFlags& flags);
+
+// The arguments after the program name that make a worker run what `flags` asks for: every
+// flag except --transport and -n (the launcher sets the group), plus --rank-worker.
+std::vector<std::string> WorkerArgs(const BenchFlags& flags);
+
+struct SizePoint {
+  size_t block = 0;  // elements per rank: all-reduce the buffer, reduce-scatter the output,
+                     // all-gather the input
+  size_t total = 0;  // elements of the large buffer
+};
+
+std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks);
+
+}  // namespace chorus::cli
