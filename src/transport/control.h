@@ -144,4 +144,40 @@ class Control {
   Text fail_message_;
 };
 
+// The group-state half of the Transport interface, for transports whose ranks share a Control
+// block (thread and shm): only data movement and liveness are left to them.
+class ControlledTransport : public Transport {
+ public:
+  ControlledTransport(Control& control, int rank) : control_(control), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return control_.size(); }
+  Doorbell& doorbell() override { return control_.bell(rank_); }
+
+  void Fail(const Status& status) override { control_.Fail(status); }
+  bool failed() const override { return control_.failed(); }
+  Status failure() const override { return control_.failure(); }
+
+  void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
+  void Leave() override { control_.Leave(rank_); }
+  bool PeerActive(int peer, uint64_t call_index) const override {
+    return control_.Active(peer, call_index);
+  }
+  std::string Absentees(uint64_t call_index) const override {
+    return control_.Absentees(call_index);
+  }
+
+  void Reject(uint64_t call_index, const std::string& reason) override {
+    control_.Reject(rank_, call_index, reason);
+  }
+  Status Rejection(uint64_t call_index) const override {
+    return control_.Rejection(rank_, call_index);
+  }
+  bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
+
+ protected:
+  Control& control_;
+  const int rank_;
+};
+
 }  // namespace chorus::internal

@@ -230,13 +230,15 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
 
 ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const ShmConfig& config,
                            std::vector<int> peer_pidfds)
-    : segment_(std::move(segment)),
+    : ControlledTransport(
+          *Control::At(segment->data() +
+                       Layout(config.size, config.depth, config.slot_bytes).control),
+          config.rank),
+      segment_(std::move(segment)),
       base_(segment_->data()),
-      control_(*Control::At(base_ + Layout(config.size, config.depth, config.slot_bytes).control)),
       boxes_(reinterpret_cast<Mailbox*>(
           base_ + Layout(config.size, config.depth, config.slot_bytes).mailboxes)),
       staging_(base_ + Layout(config.size, config.depth, config.slot_bytes).staging),
-      rank_(config.rank),
       size_(config.size),
       slot_bytes_(config.slot_bytes),
       depth_(config.depth),

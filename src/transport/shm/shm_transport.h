@@ -46,14 +46,12 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
 
 class ShmSegment;
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public ControlledTransport {
  public:
   ShmTransport(std::unique_ptr<ShmSegment> segment, const ShmConfig& config,
                std::vector<int> peer_pidfds);
   ~ShmTransport() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   size_t slot_bytes() const override { return slot_bytes_; }
   bool zero_copy() const override { return false; }
   int ranks_on_host() const override { return size_; }
@@ -65,27 +63,8 @@ class ShmTransport final : public Transport {
   void Release(int peer) override;
   bool Drained(int peer) override;
 
-  Doorbell& doorbell() override { return control_.bell(rank_); }
-  void Fail(const Status& status) override { control_.Fail(status); }
-  bool failed() const override { return control_.failed(); }
   bool PeerAlive(int peer) override;
   std::string DescribeDeath(int peer) const override;
-  Status failure() const override { return control_.failure(); }
-  void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
-  void Leave() override { control_.Leave(rank_); }
-  bool PeerActive(int peer, uint64_t call_index) const override {
-    return control_.Active(peer, call_index);
-  }
-  std::string Absentees(uint64_t call_index) const override {
-    return control_.Absentees(call_index);
-  }
-  void Reject(uint64_t call_index, const std::string& reason) override {
-    control_.Reject(rank_, call_index, reason);
-  }
-  Status Rejection(uint64_t call_index) const override {
-    return control_.Rejection(rank_, call_index);
-  }
-  bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
 
  private:
   Mailbox& box(int src, int dst);
@@ -93,10 +72,8 @@ class ShmTransport final : public Transport {
 
   std::unique_ptr<ShmSegment> segment_;
   std::byte* base_;
-  Control& control_;
   Mailbox* boxes_;
   std::byte* staging_;
-  const int rank_;
   const int size_;
   const size_t slot_bytes_;
   const int depth_;

@@ -31,7 +31,7 @@ ThreadGroup::Link& ThreadGroup::link(int src, int dst) {
 }
 
 ThreadTransport::ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank)
-    : group_(std::move(group)), control_(group_->control()), rank_(rank) {}
+    : ControlledTransport(group->control(), rank), group_(std::move(group)) {}
 
 bool ThreadTransport::TryCredit(int peer) {
   return group_->link(rank_, peer).box.HasCredit(group_->depth());

@@ -51,15 +51,13 @@ class ThreadGroup {
   std::vector<std::atomic<Link*>> links_;  // size * size, row = sender
 };
 
-class ThreadTransport final : public Transport {
+class ThreadTransport final : public ControlledTransport {
  public:
   ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank);
   ~ThreadTransport() override { control_.Depart(rank_); }
   ThreadTransport(const ThreadTransport&) = delete;
   ThreadTransport& operator=(const ThreadTransport&) = delete;
 
-  int rank() const override { return rank_; }
-  int size() const override { return group_->size(); }
   size_t slot_bytes() const override { return group_->slot_bytes(); }
   bool zero_copy() const override { return true; }
   int ranks_on_host() const override { return group_->size(); }
@@ -71,35 +69,14 @@ class ThreadTransport final : public Transport {
   void Release(int peer) override;
   bool Drained(int peer) override;
 
-  Doorbell& doorbell() override { return control_.bell(rank_); }
-  void Fail(const Status& status) override { control_.Fail(status); }
-  bool failed() const override { return control_.failed(); }
   // A thread rank "dies" when its communicator is destroyed.
   bool PeerAlive(int peer) override { return !control_.Departed(peer); }
   std::string DescribeDeath(int peer) const override {
     return "rank " + std::to_string(peer) + " destroyed its communicator";
   }
-  Status failure() const override { return control_.failure(); }
-  void Enter(uint64_t call_index) override { control_.Enter(rank_, call_index); }
-  void Leave() override { control_.Leave(rank_); }
-  bool PeerActive(int peer, uint64_t call_index) const override {
-    return control_.Active(peer, call_index);
-  }
-  std::string Absentees(uint64_t call_index) const override {
-    return control_.Absentees(call_index);
-  }
-  void Reject(uint64_t call_index, const std::string& reason) override {
-    control_.Reject(rank_, call_index, reason);
-  }
-  Status Rejection(uint64_t call_index) const override {
-    return control_.Rejection(rank_, call_index);
-  }
-  bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
 
  private:
   std::shared_ptr<ThreadGroup> group_;
-  Control& control_;
-  const int rank_;
 };
 
 }  // namespace chorus::internal
