@@ -24,8 +24,9 @@ namespace chorus {
 //   kThread  threads of one process (CreateLocalGroup)
 //   kShm     processes on one host, through a shared-memory segment
 //   kTcp     hosts (not in this build yet)
-//   kAuto    thread for CreateLocalGroup; for Communicator::Create, shm when every rank is on
-//            this host (same hostname and boot id), otherwise an error saying TCP is needed
+//   kAuto    CreateLocalGroup: thread. Communicator::Create: thread when every rank is a thread
+//            of this process, shm when every rank is on this host (same hostname and boot id),
+//            otherwise an error saying that TCP is needed
 enum class TransportKind : uint8_t { kAuto, kThread, kShm, kTcp };
 std::string_view TransportKindName(TransportKind kind);
 

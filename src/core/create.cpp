@@ -3,8 +3,8 @@
 //   1. Rank 0 starts the store server when asked to (options.host_store).
 //   2. Every rank publishes who it is ("join/<rank>": host id, pid) under the communicator's
 //      prefix and waits for all the others; a missing rank is named in the deadline error.
-//   3. The transport follows from where the ranks are: one host -> shm; several -> TCP (not in
-//      this build yet, so a clear error).
+//   3. The transport follows from where the ranks are: one process -> thread; one host -> shm;
+//      several hosts -> TCP (not in this build yet, so a clear error).
 //   4. The transport connects through the same store.
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "core/comm_state.h"
 #include "core/validate.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/thread/thread_transport.h"
 
 namespace chorus {
 namespace {
@@ -91,10 +92,6 @@ Status ValidateCreate(const CommOptions& o) {
   if (o.name.empty() || o.name.find('/') != std::string::npos) {
     return InvalidArgument("Create: options.name (\"" + o.name +
                            "\") must be non-empty and contain no '/'");
-  }
-  if (o.transport == TransportKind::kThread) {
-    return InvalidArgument(
-        "Create: options.transport is kThread; thread ranks come from CreateLocalGroup");
   }
   return Status::Ok();
 }
@@ -173,13 +170,24 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   if (options.transport == TransportKind::kTcp) {
     return Unimplemented("Create: the TCP transport is not in this build yet");
   }
+  bool one_process = true;
+  for (const Member& m : *members) one_process = one_process && m.pid == (*members)[0].pid;
+  if (options.transport == TransportKind::kThread && !one_process) {
+    return InvalidArgument(
+        "Create: options.transport is kThread but the ranks are in different processes");
+  }
 
-  internal::ShmConfig config{options.rank, options.size, options.segment_bytes,
-                             options.pipeline_depth, deadline};
-  auto transport = internal::ConnectShm(*scoped, config);
+  const bool threads = one_process && options.transport != TransportKind::kShm;
+  Result<std::unique_ptr<internal::Transport>> transport =
+      threads
+          ? internal::ConnectThreads(*scoped, {options.rank, options.size, options.segment_bytes,
+                                               options.pipeline_depth, deadline})
+          : internal::ConnectShm(*scoped, {options.rank, options.size, options.segment_bytes,
+                                           options.pipeline_depth, deadline});
   if (!transport.ok()) return transport.status();
-  auto state = std::make_unique<internal::CommState>(std::move(transport).value(),
-                                                     TransportKind::kShm, options);
+  auto state = std::make_unique<internal::CommState>(
+      std::move(transport).value(), threads ? TransportKind::kThread : TransportKind::kShm,
+      options);
   state->HostStore(std::move(server));
   return Communicator(std::move(state));
 }

@@ -45,6 +45,15 @@ struct Message {
   CallTag tag;
 };
 
+// What a transport needs to connect one rank to its group.
+struct ConnectConfig {
+  int rank = 0;
+  int size = 1;
+  size_t slot_bytes = 0;
+  int depth = 2;
+  Deadline deadline;  // for the whole setup
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -143,7 +143,7 @@ void Prefault(std::byte* p, size_t bytes, bool write) {
 
 }  // namespace
 
-Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& config) {
+Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config) {
   const Layout layout(config.size, config.depth, config.slot_bytes);
   std::unique_ptr<ShmSegment> segment;
   if (config.rank == 0) {
@@ -228,7 +228,7 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& con
       new ShmTransport(std::move(segment), config, std::move(pidfds)));
 }
 
-ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const ShmConfig& config,
+ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const ConnectConfig& config,
                            std::vector<int> peer_pidfds)
     : ControlledTransport(
           *Control::At(segment->data() +

@@ -33,22 +33,14 @@
 
 namespace chorus::internal {
 
-struct ShmConfig {
-  int rank = 0;
-  int size = 1;
-  size_t slot_bytes = 0;
-  int depth = 1;
-  Deadline deadline;  // for the whole setup
-};
-
 // Sets up (rank 0) or joins (the others) the communicator's segment through `store`.
-Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ShmConfig& config);
+Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config);
 
 class ShmSegment;
 
 class ShmTransport final : public ControlledTransport {
  public:
-  ShmTransport(std::unique_ptr<ShmSegment> segment, const ShmConfig& config,
+  ShmTransport(std::unique_ptr<ShmSegment> segment, const ConnectConfig& config,
                std::vector<int> peer_pidfds);
   ~ShmTransport() override;
 

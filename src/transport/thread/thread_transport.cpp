@@ -2,6 +2,8 @@
 #include "transport/thread/thread_transport.h"
 
 #include <cstring>
+#include <string>
+#include <thread>
 
 namespace chorus::internal {
 
@@ -28,6 +30,37 @@ ThreadGroup::Link& ThreadGroup::link(int src, int dst) {
     return *fresh.release();
   }
   return *link;  // the other side won the race
+}
+
+Result<std::unique_ptr<Transport>> ConnectThreads(Store& store, const ConnectConfig& config) {
+  using Holder = std::shared_ptr<ThreadGroup>;
+  if (config.rank == 0) {
+    // The holder keeps the group alive until every rank has its own reference. If some rank
+    // never comes, the holder is leaked on purpose: a late rank may still read its address.
+    auto* holder =
+        new Holder(std::make_shared<ThreadGroup>(config.size, config.slot_bytes, config.depth));
+    CHORUS_RETURN_IF_ERROR(
+        store.Set("thread/group", std::to_string(reinterpret_cast<uintptr_t>(holder))));
+    Holder group = *holder;
+    while (true) {
+      auto joined = store.Add("thread/joined", 0);
+      if (!joined.ok()) return joined.status();
+      if (*joined == config.size - 1) break;
+      if (Clock::now() >= config.deadline) {
+        return DeadlineExceeded("Create: waited for " + std::to_string(config.size - 1 - *joined) +
+                                " thread rank(s) to take the group from the store");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    delete holder;
+    return std::unique_ptr<Transport>(new ThreadTransport(std::move(group), 0));
+  }
+  auto address = store.Get("thread/group", Remaining(config.deadline));
+  if (!address.ok()) return address.status();
+  Holder group = *reinterpret_cast<Holder*>(static_cast<uintptr_t>(std::stoull(*address)));
+  auto joined = store.Add("thread/joined", 1);
+  if (!joined.ok()) return joined.status();
+  return std::unique_ptr<Transport>(new ThreadTransport(std::move(group), config.rank));
 }
 
 ThreadTransport::ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank)

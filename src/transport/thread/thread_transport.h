@@ -15,10 +15,15 @@
 #include <memory>
 #include <vector>
 
+#include "chorus/store.h"
 #include "transport/control.h"
 #include "transport/transport.h"
 
 namespace chorus::internal {
+
+// Joins ranks that called Communicator::Create from threads of this one process: rank 0 makes
+// the group and publishes its address through `store`; the others take a reference to it.
+Result<std::unique_ptr<Transport>> ConnectThreads(Store& store, const ConnectConfig& config);
 
 class ThreadGroup {
  public:

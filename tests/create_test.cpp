@@ -1,0 +1,201 @@
+// Communicator::Create and CommOptionsFromEnvironment: transport choice, option checks, and the
+// launchers' environment variables with their precedence.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs Create on `size` threads of this process sharing one HashStore; returns each rank's
+// result after an all-reduce of rank + 1.
+std::vector<Status> CreateOnThreads(int size, TransportKind kind,
+                                    std::vector<TransportKind>* picked) {
+  auto store = MakeHashStore();
+  std::vector<Status> status(static_cast<size_t>(size));
+  picked->assign(static_cast<size_t>(size), TransportKind::kAuto);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions o;
+      o.rank = r;
+      o.size = size;
+      o.store = store;
+      o.transport = kind;
+      o.timeout = std::chrono::seconds(20);
+      auto comm = Communicator::Create(o);
+      if (!comm.ok()) {
+        status[static_cast<size_t>(r)] = comm.status();
+        return;
+      }
+      (*picked)[static_cast<size_t>(r)] = comm->transport();
+      std::vector<int64_t> v(1000, r + 1);
+      status[static_cast<size_t>(r)] = comm->AllReduce(std::span<int64_t>(v), ReduceOp::kSum);
+      if (status[static_cast<size_t>(r)].ok() &&
+          v != std::vector<int64_t>(1000, size * (size + 1) / 2)) {
+        status[static_cast<size_t>(r)] = Internal("wrong sum");
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
+TEST(Create, AutoPicksThreadsWhenRanksShareTheProcess) {
+  std::vector<TransportKind> picked;
+  for (const Status& s : CreateOnThreads(4, TransportKind::kAuto, &picked)) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(picked, std::vector<TransportKind>(4, TransportKind::kThread));
+}
+
+TEST(Create, ShmCanBeForcedForRanksInOneProcess) {
+  std::vector<TransportKind> picked;
+  for (const Status& s : CreateOnThreads(3, TransportKind::kShm, &picked)) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  EXPECT_EQ(picked, std::vector<TransportKind>(3, TransportKind::kShm));
+}
+
+TEST(Create, RejectsBadOptionsNamingThem) {
+  CommOptions o;
+  o.store = MakeHashStore();
+  o.size = 2;
+  o.rank = 2;
+  EXPECT_THAT(Communicator::Create(o).status().message(),
+              HasSubstr("Create: options.rank (2) must be in [0, options.size (2))"));
+  o.rank = 0;
+  o.store = nullptr;
+  EXPECT_THAT(Communicator::Create(o).status().message(), HasSubstr("Create: no store"));
+  o.store = MakeHashStore();
+  o.name = "a/b";
+  EXPECT_THAT(Communicator::Create(o).status().message(), HasSubstr("options.name"));
+  o.name = "world";
+  o.size = 0;
+  EXPECT_THAT(Communicator::Create(o).status().message(), HasSubstr("options.size (0)"));
+}
+
+// Sets environment variables for one test and restores them afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv() {
+    for (const char* name : kAll) {
+      const char* value = std::getenv(name);
+      saved_.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  void Set(const char* name, const char* value) { setenv(name, value, 1); }
+
+ private:
+  static constexpr const char* kAll[] = {"CHORUS_RANK",
+                                         "CHORUS_WORLD_SIZE",
+                                         "CHORUS_STORE",
+                                         "CHORUS_TIMEOUT_MS",
+                                         "RANK",
+                                         "WORLD_SIZE",
+                                         "MASTER_ADDR",
+                                         "MASTER_PORT",
+                                         "TORCHELASTIC_RUN_ID",
+                                         "OMPI_COMM_WORLD_RANK",
+                                         "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_MCA_ess_base_jobid",
+                                         "PMI_RANK",
+                                         "PMI_SIZE",
+                                         "SLURM_PROCID",
+                                         "SLURM_NTASKS",
+                                         "SLURM_JOB_ID",
+                                         "SLURM_STEP_ID"};
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(Environment, ChorusVariablesComeFirst) {
+  ScopedEnv env;
+  env.Set("CHORUS_RANK", "1");
+  env.Set("CHORUS_WORLD_SIZE", "4");
+  env.Set("CHORUS_STORE", "tcp://127.0.0.1:1234");
+  env.Set("RANK", "3");  // torchrun's, ignored: chorus's own win
+  env.Set("WORLD_SIZE", "8");
+  env.Set("CHORUS_TIMEOUT_MS", "2500");
+  auto o = CommOptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 1);
+  EXPECT_EQ(o->size, 4);
+  EXPECT_EQ(o->store_url, "tcp://127.0.0.1:1234");
+  EXPECT_FALSE(o->host_store);
+  EXPECT_EQ(o->timeout, std::chrono::milliseconds(2500));
+}
+
+TEST(Environment, TorchrunRankZeroServesTheStore) {
+  ScopedEnv env;
+  env.Set("RANK", "0");
+  env.Set("WORLD_SIZE", "2");
+  env.Set("MASTER_ADDR", "127.0.0.1");
+  env.Set("MASTER_PORT", "29500");
+  auto o = CommOptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->store_url, "tcp://127.0.0.1:29500");
+  EXPECT_TRUE(o->host_store);
+  env.Set("TORCHELASTIC_RUN_ID", "job");  // under torchrun itself its agent holds the port
+  EXPECT_EQ(CommOptionsFromEnvironment()->store_url, "tcp://127.0.0.1:29501");
+}
+
+TEST(Environment, MpiAndSlurmVariablesWithAFileStoreOnOneHost) {
+  ScopedEnv env;
+  env.Set("OMPI_COMM_WORLD_RANK", "2");
+  env.Set("OMPI_COMM_WORLD_SIZE", "3");
+  env.Set("OMPI_MCA_ess_base_jobid", "77");
+  env.Set("PMI_RANK", "0");  // lower precedence than Open MPI's
+  env.Set("PMI_SIZE", "9");
+  auto o = CommOptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 2);
+  EXPECT_EQ(o->size, 3);
+  EXPECT_THAT(o->store_url, HasSubstr("file:///tmp/chorus-store-"));
+  EXPECT_THAT(o->store_url, HasSubstr("ompi-77"));
+
+  ScopedEnv slurm;
+  slurm.Set("SLURM_PROCID", "5");
+  slurm.Set("SLURM_NTASKS", "6");
+  slurm.Set("SLURM_JOB_ID", "123");
+  auto s = CommOptionsFromEnvironment();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->rank, 5);
+  EXPECT_THAT(s->store_url, HasSubstr("slurm-123.0"));
+}
+
+TEST(Environment, ErrorsNameTheVariable) {
+  ScopedEnv env;
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(), HasSubstr("no rank and world size"));
+  env.Set("CHORUS_RANK", "two");
+  env.Set("CHORUS_WORLD_SIZE", "4");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("CHORUS_RANK=\"two\" is not an integer"));
+  env.Set("CHORUS_RANK", "1");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(), HasSubstr("no store"));
+  ScopedEnv half;
+  half.Set("PMI_RANK", "1");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("sets PMI_RANK but not PMI_SIZE"));
+}
+
+}  // namespace
+}  // namespace chorus
