@@ -56,7 +56,7 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
 
 // After sending by reference, the caller's buffers are only free once every peer let go.
 Status FlushAll(Channel& ch) {
-  if (!ch.transport().zero_copy()) return Status::Ok();
+  if (!ch.referenced()) return Status::Ok();
   const int p = ch.transport().size();
   const int r = ch.transport().rank();
   for (int q = 0; q < p; ++q) {
@@ -99,7 +99,7 @@ Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, 
     ch.SetStep(0, 2);
     for (int i = 1; i < p; ++i) {
       const int q = (r + i) % p;
-      CHORUS_RETURN_IF_ERROR(ch.SendRef(q, Advance(send, part.SegmentOffset(q, seg), ctx.elem_size),
+      CHORUS_RETURN_IF_ERROR(ch.Send(q, Advance(send, part.SegmentOffset(q, seg), ctx.elem_size),
                                         part.SegmentSize(q, seg)));
     }
     ch.SetStep(1, 2);
@@ -123,7 +123,7 @@ Status AllGatherPhase(Channel& ch, const Partition& part, const void* mine, void
     void* in_out = Advance(recv, part.SegmentOffset(r, seg), ctx.elem_size);
     if (in != in_out && n > 0) std::memcpy(in_out, in, n * ctx.elem_size);
     ch.SetStep(0, 2);
-    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendRef((r + i) % p, in, n));
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.Send((r + i) % p, in, n));
     ch.SetStep(1, 2);
     for (int i = 1; i < p; ++i) {
       const int q = (r + p - i) % p;

@@ -121,7 +121,13 @@ Status Channel::SendRef(int peer, const void* src, size_t n) {
   CHORUS_RETURN_IF_ERROR(WaitFor(
       peer, [&] { return t_.TryCredit(peer); }, "a slot released by"));
   Publish(peer, src, n);
+  referenced_ = true;
   return Status::Ok();
+}
+
+Status Channel::Send(int peer, const void* src, size_t n) {
+  constexpr size_t kCopyUpToBytes = 16 << 10;
+  return n * ctx_.elem_size <= kCopyUpToBytes ? SendCopy(peer, src, n) : SendRef(peer, src, n);
 }
 
 Status Channel::Flush(int peer) {

@@ -73,8 +73,13 @@ class Channel {
   // Sends `n` elements at `src`: by reference on a zero-copy transport (then `src` must stay
   // unchanged until Flush(peer)), else through a staging slot.
   Status SendRef(int peer, const void* src, size_t n);
+  // SendCopy for small segments (the copy is cheaper than waiting for the release at the
+  // end), SendRef for large ones.
+  Status Send(int peer, const void* src, size_t n);
   // Waits until `peer` has released every message, so the caller's buffers may be reused.
   Status Flush(int peer);
+  // True once a message pointed at the caller's memory (then Flush before returning).
+  bool referenced() const { return referenced_; }
 
   const CallContext& ctx() const { return ctx_; }
   Transport& transport() const { return t_; }
@@ -94,6 +99,7 @@ class Channel {
   int steps_ = 0;
   size_t segment_ = 0;
   size_t segments_ = 0;
+  bool referenced_ = false;
 };
 
 // The fused ring primitives over a fixed pair of neighbours.
