@@ -13,12 +13,16 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/check.h"
+
 namespace chorus::internal {
 
 class Partition {
  public:
   Partition(size_t count, int parts, size_t segment)
-      : count_(count), parts_(static_cast<size_t>(parts)), segment_(std::max<size_t>(segment, 1)) {}
+      : count_(count), parts_(static_cast<size_t>(parts)), segment_(std::max<size_t>(segment, 1)) {
+    CHORUS_CHECK(parts > 0);
+  }
 
   size_t Size(int chunk) const {
     return count_ / parts_ + (static_cast<size_t>(chunk) < count_ % parts_ ? 1 : 0);

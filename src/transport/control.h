@@ -17,6 +17,7 @@
 #include <string>
 
 #include "chorus/status.h"
+#include "core/check.h"
 #include "core/wait.h"
 #include "transport/transport.h"
 
@@ -45,6 +46,7 @@ struct Mailbox {
   }
   uint64_t next() const { return head.load(std::memory_order_relaxed); }
   void Post(const WireMessage& m, int depth) {
+    CHORUS_CHECK(HasCredit(depth));  // callers reserve first
     const uint64_t h = head.load(std::memory_order_relaxed);
     ring[h % static_cast<uint64_t>(depth)] = m;
     head.store(h + 1, std::memory_order_release);
@@ -61,6 +63,7 @@ struct Mailbox {
     return true;
   }
   void Release() {
+    CHORUS_CHECK_LT(tail.load(std::memory_order_relaxed), head.load(std::memory_order_acquire));
     tail.store(tail.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 };

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include "core/check.h"
+
 namespace chorus::internal {
 namespace {
 
@@ -274,6 +276,10 @@ void* ShmTransport::TryReserve(int peer) {
 }
 
 void ShmTransport::Post(int peer, const Message& m) {
+  // Not zero-copy: every message must sit in this rank's staging for `peer`.
+  CHORUS_CHECK(static_cast<const std::byte*>(m.data) >= slot(rank_, peer, 0) &&
+               static_cast<const std::byte*>(m.data) + m.bytes <=
+                   slot(rank_, peer, 0) + static_cast<size_t>(depth_) * RoundUp(slot_bytes_, 64));
   const auto offset = static_cast<uint64_t>(static_cast<const std::byte*>(m.data) - base_);
   box(rank_, peer).Post({offset, m.bytes, m.tag}, depth_);
   control_.bell(peer).Ring();
