@@ -58,6 +58,13 @@ class Channel {
     segment_ = segment;
     segments_ = segments;
   }
+  // Starts segment `segment` of a schedule with `steps` steps per segment; NextStep() then
+  // numbers them 0, 1, ...
+  void StartSegment(size_t segment, size_t segments, int steps) {
+    SetSegment(segment, segments);
+    SetStep(-1, steps);
+  }
+  void NextStep() { ++step_; }
 
   // The next message from `peer`, which must hold `n` elements of this call.
   Status Await(int peer, size_t n, Message* m);

@@ -40,6 +40,35 @@ Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t co
   return Status::Ok();
 }
 
+// The shared halves of the schedules, for one segment. Each primitive is one step of the
+// error messages' "step k of n": p primitives per segment for reduce-scatter and all-gather,
+// 2p-1 for all-reduce.
+
+// Reduce-scatter up to its last step: send chunk r-1, then pass on partial sums of chunks
+// r-2, ..., r+1. Chunk r, the one this rank keeps, is left to the caller.
+Status ReduceScatterLead(Primitives& prims, const Layout& at, const void* send, int r, size_t seg) {
+  const int p = at.ranks();
+  prims.NextStep();
+  CHORUS_RETURN_IF_ERROR(prims.Send(at.At(send, r - 1, seg), at.Size(r - 1, seg)));
+  for (int s = 1; s < p - 1; ++s) {
+    prims.NextStep();
+    CHORUS_RETURN_IF_ERROR(
+        prims.RecvReduceSend(at.At(send, r - 1 - s, seg), at.Size(r - 1 - s, seg)));
+  }
+  return Status::Ok();
+}
+
+// All-gather after its first send: forward chunks r-1, ..., r+2, then keep chunk r+1.
+Status AllGatherTail(Primitives& prims, const Layout& at, void* recv, int r, size_t seg) {
+  const int p = at.ranks();
+  for (int s = 1; s < p - 1; ++s) {
+    prims.NextStep();
+    CHORUS_RETURN_IF_ERROR(prims.RecvCopySend(at.At(recv, r - s, seg), at.Size(r - s, seg)));
+  }
+  prims.NextStep();
+  return prims.Recv(at.At(recv, r + 1, seg), at.Size(r + 1, seg));
+}
+
 }  // namespace
 
 Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
@@ -49,15 +78,9 @@ Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, s
   if (p == 1) return CopyLocal(ctx, send, recv, count);
   Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
   for (size_t seg = 0; seg < at.segments(); ++seg) {
-    prims.SetSegment(seg, at.segments());
-    prims.SetStep(0, p - 1);
-    CHORUS_RETURN_IF_ERROR(prims.Send(at.At(send, r - 1, seg), at.Size(r - 1, seg)));
-    for (int s = 1; s < p - 1; ++s) {
-      prims.SetStep(s, p - 1);
-      const int c = r - 1 - s;
-      CHORUS_RETURN_IF_ERROR(prims.RecvReduceSend(at.At(send, c, seg), at.Size(c, seg)));
-    }
-    prims.SetStep(p - 2, p - 1);
+    prims.StartSegment(seg, at.segments(), p);
+    CHORUS_RETURN_IF_ERROR(ReduceScatterLead(prims, at, send, r, seg));
+    prims.NextStep();
     CHORUS_RETURN_IF_ERROR(
         prims.RecvReduceCopy(at.At(send, r, seg), at.InChunk(recv, r, seg), at.Size(r, seg)));
   }
@@ -71,18 +94,13 @@ Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_
   if (p == 1) return CopyLocal(ctx, send, recv, count);
   Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
   for (size_t seg = 0; seg < at.segments(); ++seg) {
-    prims.SetSegment(seg, at.segments());
+    prims.StartSegment(seg, at.segments(), p);
     const void* mine = at.InChunk(send, r, seg);
     void* mine_out = at.At(recv, r, seg);
     if (mine != mine_out) std::memcpy(mine_out, mine, at.Size(r, seg) * ctx.elem_size);
-    prims.SetStep(0, p - 1);
+    prims.NextStep();
     CHORUS_RETURN_IF_ERROR(prims.Send(mine, at.Size(r, seg)));
-    for (int s = 1; s < p - 1; ++s) {
-      prims.SetStep(s, p - 1);
-      CHORUS_RETURN_IF_ERROR(prims.RecvCopySend(at.At(recv, r - s, seg), at.Size(r - s, seg)));
-    }
-    prims.SetStep(p - 2, p - 1);
-    CHORUS_RETURN_IF_ERROR(prims.Recv(at.At(recv, r + 1, seg), at.Size(r + 1, seg)));
+    CHORUS_RETURN_IF_ERROR(AllGatherTail(prims, at, recv, r, seg));
   }
   return prims.Flush();
 }
@@ -93,29 +111,16 @@ Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_
   const int r = ctx.transport->rank();
   if (p == 1) return CopyLocal(ctx, send, recv, count);
   Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
-  const int steps = 2 * (p - 1);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
-    prims.SetSegment(seg, at.segments());
-    int step = 0;
+    prims.StartSegment(seg, at.segments(), 2 * p - 1);
     // Reduce-scatter: partial sums travel through staging slots.
-    prims.SetStep(step++, steps);
-    CHORUS_RETURN_IF_ERROR(prims.Send(at.At(send, r - 1, seg), at.Size(r - 1, seg)));
-    for (int s = 1; s < p - 1; ++s) {
-      prims.SetStep(step++, steps);
-      const int c = r - 1 - s;
-      CHORUS_RETURN_IF_ERROR(prims.RecvReduceSend(at.At(send, c, seg), at.Size(c, seg)));
-    }
+    CHORUS_RETURN_IF_ERROR(ReduceScatterLead(prims, at, send, r, seg));
     // The turn: chunk r is complete here; keep it and start gathering it.
-    prims.SetStep(step++, steps);
+    prims.NextStep();
     CHORUS_RETURN_IF_ERROR(
         prims.RecvReduceCopySend(at.At(send, r, seg), at.At(recv, r, seg), at.Size(r, seg)));
     // All-gather: completed chunks are forwarded from the output buffer.
-    for (int s = 1; s < p - 1; ++s) {
-      prims.SetStep(step++, steps);
-      CHORUS_RETURN_IF_ERROR(prims.RecvCopySend(at.At(recv, r - s, seg), at.Size(r - s, seg)));
-    }
-    prims.SetStep(step, steps);
-    CHORUS_RETURN_IF_ERROR(prims.Recv(at.At(recv, r + 1, seg), at.Size(r + 1, seg)));
+    CHORUS_RETURN_IF_ERROR(AllGatherTail(prims, at, recv, r, seg));
   }
   return prims.Flush();
 }
