@@ -54,11 +54,14 @@ std::span<const AlgorithmInfo> Algorithms() { return kAlgorithms; }
 
 Result<const AlgorithmInfo*> SelectAlgorithm(const CallShapeForSelection& shape,
                                              std::string_view requested) {
-  std::string names;
   for (const AlgorithmInfo& info : Algorithms()) {
     if (info.kind != shape.kind) continue;
     if (requested.empty() ? info.picks(shape) : info.name == requested) return &info;
-    names += (names.empty() ? "" : ", ") + std::string(info.name);
+  }
+  // Only the error path builds strings: selection runs on every call.
+  std::string names;
+  for (const AlgorithmInfo& info : Algorithms()) {
+    if (info.kind == shape.kind) names += (names.empty() ? "" : ", ") + std::string(info.name);
   }
   return InvalidArgument(std::string(CollectiveKindName(shape.kind)) + ": algorithm \"" +
                          std::string(requested) + "\" is not one of: " + names);
