@@ -23,6 +23,12 @@ PACKAGES=(
   nlohmann-json3-dev
   python3
   python3-matplotlib
+  libsodium-dev
+  openmpi-bin
+  libopenmpi-dev
+  clang
+  libclang-rt-14-dev
+  iproute2
 )
 
 check_only=0

@@ -130,6 +130,7 @@ TEST(ShmCreate, TcpStoreHostedByRankZero) {
   const auto exits = ForkRanks(4, [&](int rank) -> std::string {
     CommOptions o = ShmOptions(rank, 4, url);
     o.host_store = true;
+    o.secret = "shm-test-secret";  // a TCP store admits only clients that prove the secret
     auto comm = Communicator::Create(o);
     if (!comm.ok()) return comm.status().ToString();
     std::vector<float> v(1000, 1.0f);

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "rendezvous/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 
@@ -45,6 +46,8 @@ using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kLong = seconds(20);  // for waits that must succeed
+// Every TcpStore client and server of these tests shares it (store_auth_test covers others).
+constexpr char kSecret[] = "store-test-secret";
 
 // The value of a call that must succeed; records a failure (and returns T{}) when it did not.
 template <typename T>
@@ -108,7 +111,7 @@ struct StoreUnderTest {
   // object for the in-process store.
   std::shared_ptr<Store> Client() const {
     if (url.empty()) return store;
-    auto opened = OpenStore(url, {.connect_timeout = seconds(10)});
+    auto opened = OpenStore(url, {.connect_timeout = seconds(10), .secret = kSecret});
     EXPECT_TRUE(opened.ok()) << opened.status();
     if (!opened.ok()) return nullptr;
     return prefix.empty() ? *opened : MakePrefixStore(*opened, prefix);
@@ -127,7 +130,7 @@ StoreUnderTest Make(Kind kind) {
       break;
     case Kind::kTcp:
     case Kind::kPrefixedTcp: {
-      auto server = TcpStoreServer::Start({});
+      auto server = TcpStoreServer::Start({.secret = kSecret});
       EXPECT_TRUE(server.ok()) << server.status();
       if (!server.ok()) return s;
       s.server = std::move(server).value();
@@ -424,7 +427,7 @@ TEST_P(StoreProcesses, EightProcessesAddAndExchangeExactly) {
   const std::string url = setup.url;
   auto value_of = [](int i) { return "proc " + std::to_string(i) + std::string("\0\xff", 2); };
   const std::vector<int> statuses = ForkAndWait(kProcs, [&](int i) {
-    auto store = OpenStore(url, {.connect_timeout = seconds(20)});
+    auto store = OpenStore(url, {.connect_timeout = seconds(20), .secret = kSecret});
     if (!store.ok()) return 10;
     int64_t last = 0;
     for (int j = 0; j < kAdds; ++j) {
@@ -494,7 +497,7 @@ TEST(FileStore, PathThatIsAFileIsRejected) {
 
 // A port that was free a moment ago.
 uint16_t FreePort() {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   EXPECT_TRUE(server.ok()) << server.status();
   return server.ok() ? (*server)->port() : 0;
 }
@@ -502,14 +505,15 @@ uint16_t FreePort() {
 std::string LocalUrl(uint16_t port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
 TEST(TcpStore, ServerReportsItsUrlAndRefusesABusyPort) {
-  auto server = TcpStoreServer::Start({.host = "127.0.0.1", .port = 0});
+  auto server = TcpStoreServer::Start({.host = "127.0.0.1", .port = 0, .secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_NE((*server)->port(), 0);
   EXPECT_EQ((*server)->url(), LocalUrl((*server)->port()));
-  auto second = TcpStoreServer::Start({.host = "127.0.0.1", .port = (*server)->port()});
+  auto second =
+      TcpStoreServer::Start({.host = "127.0.0.1", .port = (*server)->port(), .secret = kSecret});
   EXPECT_EQ(second.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("Address already in use"));
-  auto bad_host = TcpStoreServer::Start({.host = "no-such-host.invalid"});
+  auto bad_host = TcpStoreServer::Start({.host = "no-such-host.invalid", .secret = kSecret});
   EXPECT_EQ(bad_host.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(bad_host.status().message(), HasSubstr("no-such-host.invalid"));
 }
@@ -518,7 +522,7 @@ TEST(TcpStore, ClientThatStartsFirstRetriesUntilTheServerIsUp) {
   const uint16_t port = FreePort();
   Result<std::string> got = Status(StatusCode::kInternal, "not run");
   std::thread early([&] {
-    auto store = OpenStore(LocalUrl(port), {.connect_timeout = seconds(20)});
+    auto store = OpenStore(LocalUrl(port), {.connect_timeout = seconds(20), .secret = kSecret});
     if (!store.ok()) {
       got = store.status();
       return;
@@ -526,9 +530,9 @@ TEST(TcpStore, ClientThatStartsFirstRetriesUntilTheServerIsUp) {
     got = (*store)->Get("greeting", kLong);
   });
   std::this_thread::sleep_for(milliseconds(300));
-  auto server = TcpStoreServer::Start({.port = port});
+  auto server = TcpStoreServer::Start({.port = port, .secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto store = OpenStore((*server)->url());
+  auto store = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->Set("greeting", "hi").ok());
   early.join();
@@ -539,7 +543,7 @@ TEST(TcpStore, ClientThatStartsFirstRetriesUntilTheServerIsUp) {
 TEST(TcpStore, NoServerFailsAfterConnectTimeout) {
   const uint16_t port = FreePort();
   const auto start = Clock::now();
-  auto store = OpenStore(LocalUrl(port), {.connect_timeout = milliseconds(300)});
+  auto store = OpenStore(LocalUrl(port), {.connect_timeout = milliseconds(300), .secret = kSecret});
   EXPECT_LT(SecondsSince(start), 5.0);
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable);
   EXPECT_THAT(store.status().message(), HasSubstr("store " + LocalUrl(port) + ": cannot connect"));
@@ -547,10 +551,10 @@ TEST(TcpStore, NoServerFailsAfterConnectTimeout) {
 }
 
 TEST(TcpStore, ServerDestroyedUnderWaitingClientsGivesUnavailablePromptly) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string url = (*server)->url();
-  auto store = OpenStore(url, {.connect_timeout = milliseconds(300)});
+  auto store = OpenStore(url, {.connect_timeout = milliseconds(300), .secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   Status get_status, wait_status;
   double get_seconds = 0, wait_seconds = 0;
@@ -584,9 +588,9 @@ TEST(TcpStore, ServerDestroyedUnderWaitingClientsGivesUnavailablePromptly) {
 }
 
 TEST(TcpStore, LateAnswerToATimedOutWaitIsNeverMistakenForAnotherReply) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto store = OpenStore((*server)->url());
+  auto store = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->Get("slow", milliseconds(100)).status().code(),
             StatusCode::kDeadlineExceeded);
@@ -597,14 +601,14 @@ TEST(TcpStore, LateAnswerToATimedOutWaitIsNeverMistakenForAnotherReply) {
 }
 
 TEST(TcpStore, ManyWaitersWakeOnOneSet) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   constexpr int kWaiters = 16;
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < kWaiters; ++i) {
     threads.emplace_back([&, i] {
-      auto store = OpenStore((*server)->url());
+      auto store = OpenStore((*server)->url(), {.secret = kSecret});
       if (!store.ok()) return;
       // Half wait for one key, half for two, in either order.
       Status s = i % 2 == 0 ? (*store)->Wait({"go"}, kLong) : (*store)->Wait({"go", "set"}, kLong);
@@ -612,7 +616,7 @@ TEST(TcpStore, ManyWaitersWakeOnOneSet) {
     });
   }
   std::this_thread::sleep_for(milliseconds(100));
-  auto store = OpenStore((*server)->url());
+  auto store = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   // "go" first: the two-key waiters wake, find "set" missing and wait again.
   ASSERT_TRUE((*store)->Set("go", "now").ok());
@@ -655,13 +659,17 @@ bool ClosedByServer(int fd, std::string* got = nullptr) {
 
 std::string GoodHello() { return proto::Hello(proto::kMagic, proto::kVersion, 0); }
 
-// Connects and completes the hello, so that what follows is read as frames.
+// Connects and completes the hello and the handshake, so that what follows is read as frames.
 UniqueFd Greeted(uint16_t port) {
   UniqueFd fd = RawConnect(port);
   EXPECT_TRUE(fd && SendRaw(fd.get(), GoodHello()));
   char reply[proto::kHelloBytes];
   EXPECT_EQ(recv(fd.get(), reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
   EXPECT_EQ(std::string(reply, sizeof(reply)), GoodHello());
+  auto secret = internal::Secret::FromText(kSecret, "test");
+  internal::Handshake handshake(*secret, internal::Handshake::Role::kDialer, "store");
+  const Status s = internal::RunHandshake(fd.get(), handshake, Clock::now() + kLong);
+  EXPECT_TRUE(s.ok()) << s;
   return fd;
 }
 
@@ -672,16 +680,16 @@ std::string Frame(uint32_t length, const std::string& body) {
 }
 
 TEST(TcpStore, PeersSendingGarbageAreDroppedWhileOthersKeepWorking) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   const uint16_t port = (*server)->port();
-  auto good = OpenStore((*server)->url());
+  auto good = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(good.ok()) << good.status();
   ASSERT_TRUE((*good)->Set("before", "1").ok());
   // A well-behaved client parked on a key throughout the abuse.
   Result<std::string> parked = Status(StatusCode::kInternal, "not run");
   std::thread waiter([&, url = (*server)->url()] {
-    auto client = OpenStore(url);
+    auto client = OpenStore(url, {.secret = kSecret});
     parked = client.ok() ? (*client)->Get("after", kLong) : Result<std::string>(client.status());
   });
   // A peer that sends half a hello and then nothing stays connected and harms nobody.
@@ -765,7 +773,7 @@ std::pair<int, std::string> ReadReply(int fd) {
 
 // Requests sent back to back are answered in order, even when the first one has to wait.
 TEST(TcpStore, PipelinedRequestsAreAnsweredInOrder) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   UniqueFd raw = Greeted((*server)->port());
   const auto op = [](proto::Op o) { return static_cast<uint8_t>(o); };
@@ -778,7 +786,7 @@ TEST(TcpStore, PipelinedRequestsAreAnsweredInOrder) {
   ASSERT_TRUE(SendRaw(raw.get(), batch));
   std::this_thread::sleep_for(milliseconds(50));
   // Nothing after the parked Get has run yet.
-  auto store = OpenStore((*server)->url());
+  auto store = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ((*store)->Get("q", milliseconds(50)).status().code(), StatusCode::kDeadlineExceeded);
   ASSERT_TRUE((*store)->Set("p", "P").ok());
@@ -796,9 +804,9 @@ TEST(TcpStore, PipelinedRequestsAreAnsweredInOrder) {
 // A peer that floods requests and never reads the replies pins a bounded amount of server
 // memory and does not slow anyone else down.
 TEST(TcpStore, ClientThatNeverReadsDoesNotStallOthers) {
-  auto server = TcpStoreServer::Start({});
+  auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
-  auto store = OpenStore((*server)->url());
+  auto store = OpenStore((*server)->url(), {.secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
   ASSERT_TRUE((*store)->Set("big", std::string(size_t{1} << 20, 'b')).ok());
   UniqueFd hog = Greeted((*server)->port());
@@ -833,7 +841,8 @@ TEST(TcpStore, ClientRejectsAServerThatIsNotAStore) {
     SendRaw(conn.get(), "HTTP/1.0 400 Bad Request\r\n\r\n");
   });
   const auto start = Clock::now();
-  auto store = OpenStore(LocalUrl(ntohs(addr.sin_port)), {.connect_timeout = seconds(30)});
+  auto store = OpenStore(LocalUrl(ntohs(addr.sin_port)),
+                         {.connect_timeout = seconds(30), .secret = kSecret});
   impostor.join();
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(), HasSubstr("not a chorus store server"));
@@ -864,7 +873,7 @@ TEST(OpenStore, MalformedUrlsAreRejectedWithTheReason) {
       {"file://relative/dir", "absolute path"},
   };
   for (const auto& [url, why] : cases) {
-    auto store = OpenStore(url, {.connect_timeout = milliseconds(100)});
+    auto store = OpenStore(url, {.connect_timeout = milliseconds(100), .secret = kSecret});
     EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << url;
     EXPECT_THAT(store.status().message(), HasSubstr("store URL \"" + url + "\": ")) << url;
     EXPECT_THAT(store.status().message(), HasSubstr(why)) << url;
@@ -876,8 +885,8 @@ TEST(OpenStore, MalformedUrlsAreRejectedWithTheReason) {
 TEST(OpenStore, BracketedIpv6HostIsParsed) {
   // Whether or not this machine has IPv6, the URL parses and the failure is about connecting.
   const uint16_t port = FreePort();
-  auto store =
-      OpenStore("tcp://[::1]:" + std::to_string(port), {.connect_timeout = milliseconds(100)});
+  auto store = OpenStore("tcp://[::1]:" + std::to_string(port),
+                         {.connect_timeout = milliseconds(100), .secret = kSecret});
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr("store tcp://[::1]:" + std::to_string(port)));
 }

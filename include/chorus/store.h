@@ -64,6 +64,8 @@ std::shared_ptr<Store> MakePrefixStore(std::shared_ptr<Store> base, std::string 
 struct StoreOptions {
   // How long opening a store (connecting to a TcpStoreServer) may take.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(30);
+  // The job's secret, proved to a TcpStoreServer on every connection (see TcpStoreServer).
+  std::string secret;
 };
 
 // Opens "tcp://host:port" (a TcpStoreServer must be running there) or "file:///abs/path"
@@ -76,6 +78,11 @@ class TcpStoreServer {
   struct Options {
     std::string host = "127.0.0.1";  // interface to bind; loopback by default
     uint16_t port = 0;               // 0 = any free port; see port()
+    // Required: clients must prove they know it (HMAC challenge-response) before their first
+    // request; a client that fails, sends garbage or stalls is dropped and logged to stderr.
+    std::string secret;
+    // How long a client may take over its handshake before it is dropped.
+    std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
   };
   static Result<std::unique_ptr<TcpStoreServer>> Start(const Options& options);
 

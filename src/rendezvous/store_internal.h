@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "core/wait.h"
 
 namespace chorus::internal {
 
@@ -64,12 +65,8 @@ inline std::string ErrnoText(int err) {
   return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
 }
 
-// now + timeout, saturating: a timeout of milliseconds::max() must not overflow the clock.
-inline StoreDeadline DeadlineAfter(std::chrono::milliseconds timeout) {
-  constexpr auto kForever = std::chrono::hours(24 * 365 * 50);
-  const auto capped = std::min<std::chrono::milliseconds>(timeout, kForever);
-  return StoreClock::now() + std::max(capped, std::chrono::milliseconds(0));
-}
+// DeadlineAfter (now + timeout, saturating) is core/wait.h's: one definition for the stores and
+// the communicator, since a file that includes both headers cannot have two.
 
 // Whole milliseconds left until `deadline`, rounded up so that a poll never wakes early; 0 when
 // it has passed.

@@ -8,7 +8,13 @@
 //                stranger (an HTTP probe, a port scanner) is dropped before any of its bytes
 //                is read as a length. On a version mismatch the server answers with its own
 //                version and kBadVersion, then closes.
-//   (2. authentication: a later issue adds an HMAC challenge-response here.)
+//   2. auth      the four-message HMAC challenge-response of rendezvous/auth.h, the client
+//                dialing with the claim "store". The server reads no request until the client
+//                has proved it knows the job's secret; a client that fails, sends garbage or
+//                has not finished hello and handshake within TcpStoreServer::Options::
+//                handshake_timeout is closed without a word and logged on the server's stderr.
+//                The client checks the server's proof first, so a server without the secret
+//                never sees a request either.
 //   3. requests  frames, each answered by exactly one response frame, in order.
 //
 // Frame: body length u32 (1 .. kMaxFrameBytes) | body. Integers are big-endian; a string is
@@ -34,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "chorus/store.h"
 
@@ -175,5 +182,58 @@ class FrameReader {
   size_t pos_ = 0;
   bool ok_ = true;
 };
+
+// A request parsed from a frame body. The views point into the body.
+struct Request {
+  Op op = Op::kSet;
+  std::string_view key;                // kSet, kGet, kAdd, kDelete
+  std::string_view value;              // kSet
+  bool wait = false;                   // kGet
+  int64_t delta = 0;                   // kAdd
+  std::vector<std::string_view> keys;  // kWait, kCheck
+};
+
+// Parses one request body (the frame without its length). nullopt when it breaks any rule
+// above: the server then closes the connection. Pure, so a fuzzer can drive it.
+inline std::optional<Request> ParseRequest(std::string_view body) {
+  FrameReader r(body);
+  Request req;
+  const uint8_t op = r.U8();
+  if (!r.ok() || op < static_cast<uint8_t>(Op::kSet) || op > static_cast<uint8_t>(Op::kCheck)) {
+    return std::nullopt;
+  }
+  req.op = static_cast<Op>(op);
+  switch (req.op) {
+    case Op::kSet:
+      req.key = r.Key();
+      req.value = r.Bytes(kStoreMaxValueBytes);
+      break;
+    case Op::kGet: {
+      req.key = r.Key();
+      const uint8_t wait = r.U8();
+      if (wait > 1) return std::nullopt;
+      req.wait = wait == 1;
+      break;
+    }
+    case Op::kAdd:
+      req.key = r.Key();
+      req.delta = r.I64();
+      break;
+    case Op::kWait:
+    case Op::kCheck: {
+      const uint32_t n = r.U32();
+      // Each key takes at least 5 bytes: refuse a count the frame cannot hold before reserving.
+      if (!r.ok() || n > r.left() / 5) return std::nullopt;
+      req.keys.reserve(n);
+      for (uint32_t i = 0; i < n && r.ok(); ++i) req.keys.push_back(r.Key());
+      break;
+    }
+    case Op::kDelete:
+      req.key = r.Key();
+      break;
+  }
+  if (!r.Done()) return std::nullopt;
+  return req;
+}
 
 }  // namespace chorus::internal::tcp_store

@@ -3,8 +3,8 @@
 //
 // Server. One background thread runs a level-triggered epoll loop over non-blocking sockets:
 // the listening socket, an eventfd that the destructor uses to wake the loop, and one entry per
-// client. Each connection goes through stages (hello, then requests; authentication will slot in
-// between) and keeps an input and an output buffer. A request that must wait for keys (Get,
+// client. Each connection goes through stages (hello, the handshake of rendezvous/auth.h, then
+// requests) and keeps an input and an output buffer. A request that must wait for keys (Get,
 // Wait) is parked: the connection registers under the first key it still misses, and the Set or
 // Add of that key re-examines it, answering or re-registering under the next missing key. So
 // nobody polls, and a Set costs nothing for waiters of other keys. While a request is parked, or
@@ -14,6 +14,14 @@
 // the protocol is closed without disturbing the others. Connections are closed only between
 // batches of events, so a handler never holds a dangling reference.
 //
+// Authentication. The handshake is the same incremental state machine the blocking client runs,
+// fed from the input buffer, so a client reaches the request parser only after proving that it
+// knows the secret. Hello and handshake together must finish within handshake_timeout. The
+// connections still in them are queued in accept order, which with one timeout for all is
+// deadline order, so epoll_wait sleeps at most until the first deadline and expiry looks only at
+// the front. Every connection dropped for breaking the protocol (garbage, a failed proof, a
+// stall) gets one line on stderr with its address and the reason.
+//
 // Client. The client enforces every deadline itself: it polls its socket with the time left,
 // and when the time is up it closes that connection (a late answer can then never be taken for
 // the reply to a later request) and takes one last look with a non-waiting request on a fresh
@@ -21,10 +29,13 @@
 // key that arrived at the last moment count as arrived. Connections live in a small pool, so
 // several threads can share one TcpStore and one thread's long Get never blocks another's Set
 // (a single connection behind a mutex would deadlock a rank whose threads wait on each other).
-// A lone thread uses exactly one connection. Connecting retries until StoreOptions::
-// connect_timeout because the server may start after its clients; requests that do not wait
-// for keys also get connect_timeout to be answered. Every send uses MSG_NOSIGNAL: a server that
-// vanished must produce kUnavailable, not SIGPIPE.
+// A lone thread uses exactly one connection. Every new connection says hello and runs the
+// handshake as dialer (claim "store") before its first request; a server that does not know the
+// secret, or that rejects ours, fails the open at once, since retrying cannot fix a secret.
+// Connecting retries until StoreOptions::connect_timeout because the server may start after its
+// clients; requests that do not wait for keys also get connect_timeout to be answered. Every
+// send uses MSG_NOSIGNAL: a server that vanished must produce kUnavailable, not SIGPIPE.
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -35,6 +46,7 @@
 
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -42,6 +54,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "rendezvous/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 
@@ -50,6 +63,7 @@ namespace {
 
 namespace proto = internal::tcp_store;
 using internal::ErrnoText;
+using internal::Handshake;
 using internal::InStore;
 using internal::StoreClock;
 using internal::StoreDeadline;
@@ -78,6 +92,34 @@ AddrInfoList Resolve(const std::string& host, uint16_t port, bool passive, std::
   return AddrInfoList(list);
 }
 
+// "127.0.0.1:40312", "[::1]:40312": how the server's log names a client.
+std::string PeerName(const sockaddr_storage& addr) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (addr.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "unknown peer";
+}
+
+// A claim is the peer's text: printable ASCII survives, the rest is shown as '?'.
+std::string Printable(std::string_view text) {
+  std::string out(text.substr(0, 64));
+  for (char& ch : out) {
+    if (ch < 0x20 || ch > 0x7e) ch = '?';
+  }
+  return out;
+}
+
 void SetNoDelay(int fd) {
   // Requests and replies are small and strictly alternate: Nagle would only add latency.
   int one = 1;
@@ -93,13 +135,19 @@ constexpr size_t kReadPerEvent = 4 * kReadChunk;  // then give the other clients
 constexpr size_t kReadAhead = 64 * 1024;          // input buffered while requests cannot run
 constexpr size_t kKeepCapacity = 1 << 20;         // larger idle buffers are given back
 constexpr milliseconds kAcceptPause(100);         // after running out of descriptors
+constexpr std::string_view kStoreClaim = "store";
 
 class StoreServer final : public TcpStoreServer {
  public:
   static Result<std::unique_ptr<TcpStoreServer>> Start(const Options& options);
 
-  StoreServer(std::string host, uint16_t port, UniqueFd listen_fd)
-      : host_(std::move(host)), port_(port), listen_(std::move(listen_fd)) {}
+  StoreServer(std::string host, uint16_t port, UniqueFd listen_fd, internal::Secret secret,
+              milliseconds handshake_timeout)
+      : host_(std::move(host)),
+        port_(port),
+        listen_(std::move(listen_fd)),
+        secret_(std::move(secret)),
+        handshake_timeout_(handshake_timeout) {}
 
   ~StoreServer() override {
     if (thread_.joinable()) {
@@ -116,7 +164,7 @@ class StoreServer final : public TcpStoreServer {
   std::string url() const override { return internal::TcpUrl(host_, port_); }
 
  private:
-  enum class Stage { kHello, kRequests };
+  enum class Stage { kHello, kAuth, kRequests };
 
   struct Parked {
     Op op;
@@ -128,6 +176,9 @@ class StoreServer final : public TcpStoreServer {
     uint64_t id = 0;
     UniqueFd fd;
     Stage stage = Stage::kHello;
+    std::string peer;               // "127.0.0.1:40312", for the log
+    std::optional<Handshake> auth;  // during Stage::kAuth
+    StoreClock::time_point handshake_deadline;
     std::string in;  // received bytes; in[in_pos..] not yet consumed
     size_t in_pos = 0;
     std::string out;  // reply bytes; out[out_pos..] not yet sent
@@ -146,12 +197,16 @@ class StoreServer final : public TcpStoreServer {
   void ReadFrom(Connection& c);
   void Process(Connection& c);
   bool HandleHello(Connection& c);
+  bool HandleAuth(Connection& c);
   bool HandleRequest(Connection& c, std::string_view body);
   void Reply(Connection& c, ReplyStatus status, std::string_view payload);
   void Flush(Connection& c);
   void UpdateInterest(Connection& c);
   bool WantsInput(const Connection& c) const;
   void Kill(Connection& c);
+  void Drop(Connection& c, std::string_view reason);
+  void ExpireHandshakes();
+  int WaitTimeoutMs() const;
   void Reap();
   void DrainRunnable();
   const std::string* FirstMissing(const std::vector<std::string>& keys) const;
@@ -164,6 +219,8 @@ class StoreServer final : public TcpStoreServer {
   UniqueFd epoll_;
   UniqueFd wake_;
   std::atomic<bool> stop_{false};
+  const internal::Secret secret_;
+  const milliseconds handshake_timeout_;
 
   // Owned by the loop thread.
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
@@ -171,6 +228,9 @@ class StoreServer final : public TcpStoreServer {
   std::unordered_map<std::string, std::vector<uint64_t>> waiters_;
   std::deque<uint64_t> runnable_;  // unparked connections that may have buffered requests
   std::vector<uint64_t> doomed_;
+  // (deadline, id) of connections still in hello or handshake, in accept order, which is
+  // deadline order; entries of connections that have moved on are skipped when they surface.
+  std::deque<std::pair<StoreClock::time_point, uint64_t>> handshakes_;
   std::optional<StoreClock::time_point> accept_paused_until_;
   uint64_t next_id_ = kWakeId + 1;
 
@@ -182,6 +242,17 @@ Result<std::unique_ptr<TcpStoreServer>> StoreServer::Start(const Options& option
   if (options.host.empty()) {
     return InvalidArgument(where + ": empty host (use 0.0.0.0 or :: for every interface)");
   }
+  if (options.secret.empty()) {
+    return InvalidArgument(where +
+                           ": options.secret is empty: set it to the job's secret (CHORUS_SECRET),"
+                           " which every client must prove it knows");
+  }
+  if (options.handshake_timeout.count() <= 0) {
+    return InvalidArgument(where + ": options.handshake_timeout must be positive, not " +
+                           std::to_string(options.handshake_timeout.count()) + " ms");
+  }
+  auto secret = internal::Secret::FromText(options.secret, "TcpStoreServer::Options::secret");
+  if (!secret.ok()) return InvalidArgument(where + ": " + secret.status().message());
   std::string error;
   AddrInfoList addrs = Resolve(options.host, options.port, /*passive=*/true, &error);
   if (!addrs)
@@ -217,7 +288,8 @@ Result<std::unique_ptr<TcpStoreServer>> StoreServer::Start(const Options& option
   const uint16_t port = bound.ss_family == AF_INET6
                             ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
                             : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
-  auto server = std::make_unique<StoreServer>(options.host, port, std::move(listener));
+  auto server = std::make_unique<StoreServer>(options.host, port, std::move(listener),
+                                              std::move(secret).value(), options.handshake_timeout);
   if (Status s = server->Init(); !s.ok()) return Unavailable(where + ": " + s.message());
   return std::unique_ptr<TcpStoreServer>(std::move(server));
 }
@@ -248,12 +320,7 @@ void StoreServer::Run() {
   constexpr int kMaxEvents = 64;
   epoll_event events[kMaxEvents];
   while (!stop_.load(std::memory_order_acquire)) {
-    int timeout_ms = -1;
-    if (accept_paused_until_) {
-      timeout_ms =
-          static_cast<int>(std::max<int64_t>(1, internal::MillisecondsLeft(*accept_paused_until_)));
-    }
-    const int n = epoll_wait(epoll_.get(), events, kMaxEvents, timeout_ms);
+    const int n = epoll_wait(epoll_.get(), events, kMaxEvents, WaitTimeoutMs());
     if (n < 0 && errno != EINTR) return;  // only a bug can get here; the destructor still joins
     if (accept_paused_until_ && StoreClock::now() >= *accept_paused_until_) {
       accept_paused_until_.reset();
@@ -278,13 +345,44 @@ void StoreServer::Run() {
       OnEvent(*it->second, events[i].events);
       DrainRunnable();
     }
+    ExpireHandshakes();
     Reap();
+  }
+}
+
+// Until the earliest of: the end of an accept pause, the first handshake deadline.
+int StoreServer::WaitTimeoutMs() const {
+  std::optional<StoreClock::time_point> wake = accept_paused_until_;
+  if (!handshakes_.empty() && (!wake || handshakes_.front().first < *wake)) {
+    wake = handshakes_.front().first;
+  }
+  if (!wake) return -1;
+  return static_cast<int>(
+      std::clamp<int64_t>(internal::MillisecondsLeft(*wake), 1, std::numeric_limits<int>::max()));
+}
+
+void StoreServer::ExpireHandshakes() {
+  const auto now = StoreClock::now();
+  while (!handshakes_.empty()) {
+    const auto [deadline, id] = handshakes_.front();
+    auto it = conns_.find(id);
+    const bool pending =
+        it != conns_.end() && !it->second->dead && it->second->stage != Stage::kRequests;
+    if (pending && deadline > now) return;
+    handshakes_.pop_front();
+    if (pending) {
+      Drop(*it->second,
+           "did not finish the handshake within " + internal::FormatWaited(handshake_timeout_));
+    }
   }
 }
 
 void StoreServer::Accept() {
   while (true) {
-    UniqueFd fd(accept4(listen_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    UniqueFd fd(accept4(listen_.get(), reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                        SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -301,22 +399,34 @@ void StoreServer::Accept() {
     auto c = std::make_unique<Connection>();
     c->id = next_id_++;
     c->fd = std::move(fd);
+    c->peer = PeerName(addr);
+    c->handshake_deadline = internal::DeadlineAfter(handshake_timeout_);
     c->interest = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
     ev.events = c->interest;
     ev.data.u64 = c->id;
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;
+    handshakes_.emplace_back(c->handshake_deadline, c->id);
     conns_.emplace(c->id, std::move(c));
   }
 }
 
 void StoreServer::OnEvent(Connection& c, uint32_t events) {
-  if (events & (EPOLLHUP | EPOLLERR)) return Kill(c);
+  if (events & (EPOLLHUP | EPOLLERR)) {
+    if (c.stage == Stage::kAuth) return Drop(c, "connection lost during the handshake");
+    return Kill(c);
+  }
   if (events & EPOLLOUT) Flush(c);
   if (events & (EPOLLIN | EPOLLRDHUP)) ReadFrom(c);
   Process(c);
-  // Requests the peer sent before closing have been served; clients never half-close.
-  if ((events & EPOLLRDHUP) || c.peer_closed) Kill(c);
+  // Requests the peer sent before closing have been served; clients never half-close. A client
+  // that gives up during the handshake has usually found that the secrets differ.
+  if ((events & EPOLLRDHUP) || c.peer_closed) {
+    if (c.stage == Stage::kAuth) {
+      return Drop(c, "closed the connection during the handshake (wrong secret?)");
+    }
+    Kill(c);
+  }
 }
 
 bool StoreServer::WantsInput(const Connection& c) const {
@@ -352,17 +462,28 @@ void StoreServer::Process(Connection& c) {
       if (!HandleHello(c)) break;
       continue;
     }
+    if (c.stage == Stage::kAuth) {
+      if (!HandleAuth(c)) break;
+      continue;
+    }
     const size_t avail = c.in.size() - c.in_pos;
     if (avail < proto::kLengthBytes) break;
     const uint32_t len = proto::LoadU32(c.in.data() + c.in_pos);
-    if (len == 0 || len > proto::kMaxFrameBytes) return Kill(c);
+    if (len == 0 || len > proto::kMaxFrameBytes) {
+      return Drop(c, "frame length " + std::to_string(len) + " outside 1.." +
+                         std::to_string(proto::kMaxFrameBytes));
+    }
     if (avail < proto::kLengthBytes + len) {
       c.in.reserve(c.in_pos + proto::kLengthBytes + len);
       break;
     }
     const std::string_view body(c.in.data() + c.in_pos + proto::kLengthBytes, len);
     c.in_pos += proto::kLengthBytes + len;
-    if (!HandleRequest(c, body)) return Kill(c);
+    if (!HandleRequest(c, body)) {
+      return Drop(c, "malformed request (op " +
+                         std::to_string(static_cast<unsigned char>(body[0])) + ", " +
+                         std::to_string(body.size()) + " bytes)");
+    }
   }
   if (c.dead) return;
   // Drop consumed input; give back the memory of a large request once it is done.
@@ -385,13 +506,18 @@ bool StoreServer::HandleHello(Connection& c) {
   const size_t avail = c.in.size() - c.in_pos;
   const char* p = c.in.data() + c.in_pos;
   if (std::memcmp(p, expected.data(), std::min<size_t>(avail, 4)) != 0) {
-    Kill(c);
+    Drop(c, "not a chorus store client (wrong magic in its hello)");
     return false;
   }
   if (avail < proto::kHelloBytes) return false;
   const uint16_t version = proto::LoadU16(p + 4);
   c.in_pos += proto::kHelloBytes;
   if (version != proto::kVersion) {
+    std::fprintf(stderr,
+                 "chorus store: closing %s: it speaks store protocol version %u, this "
+                 "server version %u\n",
+                 c.peer.c_str(), static_cast<unsigned>(version),
+                 static_cast<unsigned>(proto::kVersion));
     c.out += proto::Hello(proto::kMagic, proto::kVersion,
                           static_cast<uint16_t>(proto::HelloStatus::kBadVersion));
     c.close_after_flush = true;
@@ -400,33 +526,64 @@ bool StoreServer::HandleHello(Connection& c) {
   }
   c.out += proto::Hello(proto::kMagic, proto::kVersion,
                         static_cast<uint16_t>(proto::HelloStatus::kAccepted));
-  // The authentication stage will go here, between the hello and the first request.
+  c.stage = Stage::kAuth;
+  c.auth.emplace(secret_, Handshake::Role::kAcceptor);
+  Flush(c);
+  return true;
+}
+
+// Stage 2. Feeds the handshake what it wants of the input and queues what it says. Returns true
+// when the client has proved itself and claimed the store: requests may follow.
+bool StoreServer::HandleAuth(Connection& c) {
+  Handshake& h = *c.auth;
+  while (h.wanted() > 0 && c.in_pos < c.in.size()) {
+    const size_t n = std::min(h.wanted(), c.in.size() - c.in_pos);
+    const Status s = h.Feed(c.in.data() + c.in_pos, n);
+    c.in_pos += n;
+    if (!s.ok()) {
+      Drop(c, s.message());
+      return false;
+    }
+  }
+  // The claim is known once the first message is in, which is when the challenge appears: a
+  // dialer that wants something else (a rank that dialed the store's port) is dropped before
+  // it is challenged.
+  if (const std::string_view out = h.output(); !out.empty()) {
+    if (h.claim() != kStoreClaim) {
+      Drop(c, "claims \"" + Printable(h.claim()) + "\", not \"store\"");
+      return false;
+    }
+    c.out.append(out);
+    h.Sent(out.size());
+  }
+  if (!h.done()) {
+    Flush(c);
+    return false;
+  }
+  c.auth.reset();
   c.stage = Stage::kRequests;
   Flush(c);
   return true;
 }
 
 // Stage 3. Returns false when the request is malformed (the caller closes the connection).
+// Parsing is proto::ParseRequest, which the fuzzer drives directly.
 bool StoreServer::HandleRequest(Connection& c, std::string_view body) {
-  proto::FrameReader r(body);
-  const auto op = static_cast<Op>(r.U8());
-  switch (op) {
+  std::optional<proto::Request> req = proto::ParseRequest(body);
+  if (!req) return false;
+  switch (req->op) {
     case Op::kSet: {
-      const std::string key(r.Key());
-      const std::string_view value = r.Bytes(kStoreMaxValueBytes);
-      if (!r.Done()) return false;
-      values_.insert_or_assign(key, std::string(value));
+      const std::string key(req->key);
+      values_.insert_or_assign(key, std::string(req->value));
       Reply(c, ReplyStatus::kOk, {});
       KeyChanged(key);
       return true;
     }
     case Op::kGet: {
-      const std::string key(r.Key());
-      const uint8_t wait = r.U8();
-      if (!r.Done() || wait > 1) return false;
+      const std::string key(req->key);
       if (auto it = values_.find(key); it != values_.end()) {
         Reply(c, ReplyStatus::kOk, it->second);
-      } else if (wait == 0) {
+      } else if (!req->wait) {
         Reply(c, ReplyStatus::kMissing, {});
       } else {
         c.parked = Parked{Op::kGet, {key}, {}};
@@ -435,11 +592,9 @@ bool StoreServer::HandleRequest(Connection& c, std::string_view body) {
       return true;
     }
     case Op::kAdd: {
-      const std::string key(r.Key());
-      const int64_t delta = r.I64();
-      if (!r.Done()) return false;
+      const std::string key(req->key);
       auto it = values_.find(key);
-      auto sum = internal::ApplyAdd(key, it == values_.end() ? nullptr : &it->second, delta);
+      auto sum = internal::ApplyAdd(key, it == values_.end() ? nullptr : &it->second, req->delta);
       if (!sum.ok()) {
         Reply(c, ReplyStatus::kError, sum.status().message());
         return true;
@@ -453,18 +608,12 @@ bool StoreServer::HandleRequest(Connection& c, std::string_view body) {
     }
     case Op::kWait:
     case Op::kCheck: {
-      const uint32_t n = r.U32();
-      // Each key takes at least 5 bytes: refuse a count the frame cannot hold before reserving.
-      if (!r.ok() || n > r.left() / 5) return false;
-      std::vector<std::string> keys;
-      keys.reserve(n);
-      for (uint32_t i = 0; i < n; ++i) keys.emplace_back(r.Key());
-      if (!r.Done()) return false;
-      if (op == Op::kCheck) {
+      std::vector<std::string> keys(req->keys.begin(), req->keys.end());
+      if (req->op == Op::kCheck) {
         std::string payload;
         std::vector<uint32_t> missing;
-        for (uint32_t i = 0; i < n; ++i) {
-          if (!values_.contains(keys[i])) missing.push_back(i);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          if (!values_.contains(keys[i])) missing.push_back(static_cast<uint32_t>(i));
         }
         proto::PutU32(&payload, static_cast<uint32_t>(missing.size()));
         for (const uint32_t i : missing) proto::PutU32(&payload, i);
@@ -479,14 +628,12 @@ bool StoreServer::HandleRequest(Connection& c, std::string_view body) {
       return true;
     }
     case Op::kDelete: {
-      const std::string key(r.Key());
-      if (!r.Done()) return false;
-      const char existed = values_.erase(key) > 0 ? 1 : 0;
+      const char existed = values_.erase(std::string(req->key)) > 0 ? 1 : 0;
       Reply(c, ReplyStatus::kOk, std::string_view(&existed, 1));
       return true;
     }
   }
-  return false;  // unknown op
+  return false;
 }
 
 void StoreServer::Reply(Connection& c, ReplyStatus status, std::string_view payload) {
@@ -526,6 +673,14 @@ void StoreServer::UpdateInterest(Connection& c) {
   ev.data.u64 = c.id;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev) != 0) return Kill(c);
   c.interest = want;
+}
+
+void StoreServer::Drop(Connection& c, std::string_view reason) {
+  if (c.dead) return;
+  // One fprintf per line, so lines from several servers in one process do not interleave.
+  std::fprintf(stderr, "chorus store: dropped %s: %.*s\n", c.peer.c_str(),
+               static_cast<int>(reason.size()), reason.data());
+  Kill(c);
 }
 
 void StoreServer::Kill(Connection& c) {
@@ -604,6 +759,7 @@ constexpr milliseconds kFirstRetry(10);
 constexpr milliseconds kMaxRetry(500);
 constexpr milliseconds kLastLook(2000);
 constexpr size_t kMaxIdleConnections = 4;
+constexpr std::string_view kSameSecret = "every rank needs the same CHORUS_SECRET";
 
 // Waits until `fd` is ready for `events` or the deadline passes.
 Io WaitReady(int fd, short events, StoreDeadline deadline, std::string* error) {
@@ -687,11 +843,12 @@ Exchange RoundTrip(int fd, const std::string& frame, StoreDeadline deadline) {
 
 class TcpStore final : public Store {
  public:
-  TcpStore(std::string host, uint16_t port, const StoreOptions& options)
+  TcpStore(std::string host, uint16_t port, const StoreOptions& options, internal::Secret secret)
       : host_(std::move(host)),
         port_(port),
         address_(internal::TcpUrl(host_, port_)),
-        options_(options) {}
+        options_(options),
+        secret_(std::move(secret)) {}
 
   // Opens the first connection, so that OpenStore reports an unreachable server.
   Status Connect() {
@@ -935,8 +1092,8 @@ class TcpStore final : public Store {
     return fd;
   }
 
-  // Stage 1 of the protocol. False with *fatal when retrying cannot help (a different service
-  // or protocol version listens there).
+  // Stages 1 and 2 of the protocol. False with *fatal when retrying cannot help (a different
+  // service or protocol version listens there, or the secrets differ).
   bool Hello(int fd, StoreDeadline deadline, std::string* error, bool* fatal) const {
     const std::string hello = proto::Hello(proto::kMagic, proto::kVersion, 0);
     char reply[proto::kHelloBytes];
@@ -957,14 +1114,31 @@ class TcpStore final : public Store {
                ", this client version " + std::to_string(proto::kVersion);
       return false;
     }
-    // The authentication stage will go here.
-    return true;
+    Handshake handshake(secret_, Handshake::Role::kDialer, std::string(kStoreClaim));
+    const Status s = internal::RunHandshake(fd, handshake, deadline);
+    if (s.ok()) return true;
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      *error = "no answer to the handshake";
+      return false;
+    }
+    *fatal = true;
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      // The server's proof did not verify: it holds a different secret.
+      *error = "the server does not know this job's secret (" + std::string(kSameSecret) + ")";
+    } else if (s.message().find("closed the connection") != std::string::npos) {
+      // It heard our proof and hung up: our secret is not its secret.
+      *error = "the server rejected this client's secret (" + std::string(kSameSecret) + ")";
+    } else {
+      *error = s.message();
+    }
+    return false;
   }
 
   const std::string host_;
   const uint16_t port_;
   const std::string address_;
   const StoreOptions options_;
+  const internal::Secret secret_;
   std::mutex mu_;
   std::vector<UniqueFd> idle_;  // guarded by mu_
 };
@@ -979,7 +1153,16 @@ namespace internal {
 
 Result<std::shared_ptr<Store>> OpenTcpStore(const std::string& host, uint16_t port,
                                             const StoreOptions& options) {
-  auto store = std::make_shared<TcpStore>(host, port, options);
+  const std::string where = "store " + TcpUrl(host, port);
+  if (options.secret.empty()) {
+    return InvalidArgument(where +
+                           ": StoreOptions::secret is empty: set it to the job's secret "
+                           "(CHORUS_SECRET; " +
+                           std::string(kSameSecret) + ")");
+  }
+  auto secret = Secret::FromText(options.secret, "StoreOptions::secret");
+  if (!secret.ok()) return InvalidArgument(where + ": " + secret.status().message());
+  auto store = std::make_shared<TcpStore>(host, port, options, std::move(secret).value());
   CHORUS_RETURN_IF_ERROR(store->Connect());
   return std::shared_ptr<Store>(std::move(store));
 }
