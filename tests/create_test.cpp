@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <optional>
 #include <string>
@@ -123,7 +125,17 @@ class ScopedEnv {
                                          "SLURM_PROCID",
                                          "SLURM_NTASKS",
                                          "SLURM_JOB_ID",
-                                         "SLURM_STEP_ID"};
+                                         "SLURM_STEP_ID",
+                                         "SLURM_NNODES",
+                                         "SLURM_JOB_NUM_NODES",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                         "MPI_LOCALNRANKS",
+                                         "CHORUS_BOOTSTRAP_DIR",
+                                         "CHORUS_SECRET",
+                                         "CHORUS_SECRET_FILE",
+                                         "CHORUS_SOCKET_IFNAME",
+                                         "CHORUS_TRANSPORT",
+                                         "CHORUS_ALGO"};
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
@@ -158,7 +170,7 @@ TEST(Environment, TorchrunRankZeroServesTheStore) {
   EXPECT_EQ(CommOptionsFromEnvironment()->store_url, "tcp://127.0.0.1:29501");
 }
 
-TEST(Environment, MpiAndSlurmVariablesWithAFileStoreOnOneHost) {
+TEST(Environment, MpiAndSlurmVariablesBootstrapThroughAFile) {
   ScopedEnv env;
   env.Set("OMPI_COMM_WORLD_RANK", "2");
   env.Set("OMPI_COMM_WORLD_SIZE", "3");
@@ -169,8 +181,15 @@ TEST(Environment, MpiAndSlurmVariablesWithAFileStoreOnOneHost) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->rank, 2);
   EXPECT_EQ(o->size, 3);
-  EXPECT_THAT(o->store_url, HasSubstr("file:///tmp/chorus-store-"));
+  // Hosts unknown: rank 0 serves the store on its network interface.
+  EXPECT_THAT(o->store_url, HasSubstr("bootstrap:///tmp/chorus-bootstrap-"));
   EXPECT_THAT(o->store_url, HasSubstr("ompi-77"));
+  env.Set("OMPI_COMM_WORLD_LOCAL_SIZE", "3");  // every rank on this host: loopback
+  EXPECT_THAT(CommOptionsFromEnvironment()->store_url,
+              HasSubstr("bootstrap://127.0.0.1/tmp/chorus-bootstrap-"));
+  env.Set("CHORUS_BOOTSTRAP_DIR", "/shared/jobs");
+  EXPECT_THAT(CommOptionsFromEnvironment()->store_url,
+              HasSubstr("bootstrap://127.0.0.1/shared/jobs/chorus-bootstrap-"));
 
   ScopedEnv slurm;
   slurm.Set("SLURM_PROCID", "5");
@@ -180,6 +199,44 @@ TEST(Environment, MpiAndSlurmVariablesWithAFileStoreOnOneHost) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->rank, 5);
   EXPECT_THAT(s->store_url, HasSubstr("slurm-123.0"));
+}
+
+TEST(Environment, SecretInterfaceTransportAndAlgorithm) {
+  ScopedEnv env;
+  env.Set("CHORUS_RANK", "0");
+  env.Set("CHORUS_WORLD_SIZE", "2");
+  env.Set("CHORUS_STORE", "tcp://127.0.0.1:1234");
+  env.Set("CHORUS_SECRET", "s3cret");
+  env.Set("CHORUS_SOCKET_IFNAME", "eth1");
+  env.Set("CHORUS_TRANSPORT", "tcp");
+  env.Set("CHORUS_ALGO", "ring");
+  auto o = CommOptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->secret, "s3cret");
+  EXPECT_EQ(o->listen, "eth1");
+  EXPECT_EQ(o->transport, TransportKind::kTcp);
+  EXPECT_EQ(o->algorithm, "ring");
+
+  env.Set("CHORUS_TRANSPORT", "carrier-pigeon");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("CHORUS_TRANSPORT=\"carrier-pigeon\""));
+  env.Set("CHORUS_TRANSPORT", "auto");
+
+  // A secret file: read when CHORUS_SECRET is absent, refused when others may read it.
+  unsetenv("CHORUS_SECRET");
+  char path[] = "/tmp/chorus-secret-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "from-file\n", 10), 10);
+  close(fd);
+  env.Set("CHORUS_SECRET_FILE", path);
+  ASSERT_EQ(chmod(path, 0600), 0);
+  auto f = CommOptionsFromEnvironment();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->secret, "from-file");
+  ASSERT_EQ(chmod(path, 0644), 0);
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(), HasSubstr(path));
+  unlink(path);
 }
 
 TEST(Environment, ErrorsNameTheVariable) {

@@ -23,11 +23,12 @@ namespace chorus {
 // How ranks exchange data.
 //   kThread  threads of one process (CreateLocalGroup)
 //   kShm     processes on one host, through a shared-memory segment
-//   kTcp     hosts (not in this build yet)
+//   kTcp     hosts, over authenticated TCP connections (any ranks, also on one host)
+//   kMpi     an existing MPI's point-to-point (chorus/mpi.h, built with CHORUS_WITH_MPI)
 //   kAuto    CreateLocalGroup: thread. Communicator::Create: thread when every rank is a thread
 //            of this process, shm when every rank is on this host (same hostname and boot id),
-//            otherwise an error saying that TCP is needed
-enum class TransportKind : uint8_t { kAuto, kThread, kShm, kTcp };
+//            otherwise TCP (hierarchical where several ranks share a host)
+enum class TransportKind : uint8_t { kAuto, kThread, kShm, kTcp, kMpi };
 std::string_view TransportKindName(TransportKind kind);
 
 struct CommOptions {
@@ -56,6 +57,14 @@ struct CommOptions {
   bool host_store = false;
   // Communicators that meet through the same store need distinct names.
   std::string name = "world";
+  // The job's shared secret: every TCP connection (to the store and between ranks) proves it
+  // knows it before any data moves. Required by the TCP store and transport; the environment
+  // gives it as CHORUS_SECRET or CHORUS_SECRET_FILE, and `chorus launch` makes one up.
+  std::string secret;
+  // Where TCP ranks listen: an IPv4 address or an interface name ("eth0"). Empty: loopback when
+  // every rank is on this host, else this host's first non-loopback IPv4 interface that is up.
+  // CHORUS_SOCKET_IFNAME in the environment.
+  std::string listen;
 };
 
 struct CallOptions {

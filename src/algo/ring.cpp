@@ -11,8 +11,8 @@ namespace {
 // Addresses of segments within the caller's buffers.
 class Layout {
  public:
-  Layout(const CallContext& ctx, size_t count)
-      : p_(ctx.transport->size()), elem_(ctx.elem_size), part_(count, p_, ctx.segment_elems) {}
+  Layout(const CallContext& ctx, const RingView& ring, size_t count)
+      : p_(ring.size), elem_(ctx.elem_size), part_(count, p_, ctx.segment_elems) {}
 
   int ranks() const { return p_; }
   size_t segments() const { return part_.Segments(); }
@@ -71,28 +71,36 @@ Status AllGatherTail(Primitives& prims, const Layout& at, void* recv, int r, siz
 
 }  // namespace
 
-Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  const Layout at(ctx, count);
-  const int p = at.ranks();
-  const int r = ctx.transport->rank();
+RingView RingView::Whole(const Transport& t) {
+  const int p = t.size();
+  const int r = t.rank();
+  return {p, r, Mod(r - 1, p), Mod(r + 1, p)};
+}
+
+Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const void* send,
+                             void* recv, size_t count, bool recv_is_whole) {
+  const Layout at(ctx, ring, count);
+  const int p = ring.size;
+  const int r = ring.index;
   if (p == 1) return CopyLocal(ctx, send, recv, count);
-  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  Primitives prims(ctx, ring.prev, ring.next);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
     prims.StartSegment(seg, at.segments(), p);
     CHORUS_RETURN_IF_ERROR(ReduceScatterLead(prims, at, send, r, seg));
     prims.NextStep();
-    CHORUS_RETURN_IF_ERROR(
-        prims.RecvReduceCopy(at.At(send, r, seg), at.InChunk(recv, r, seg), at.Size(r, seg)));
+    void* out = recv_is_whole ? at.At(recv, r, seg) : at.InChunk(recv, r, seg);
+    CHORUS_RETURN_IF_ERROR(prims.RecvReduceCopy(at.At(send, r, seg), out, at.Size(r, seg)));
   }
   return prims.Flush();
 }
 
-Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  const Layout at(ctx, count);
-  const int p = at.ranks();
-  const int r = ctx.transport->rank();
+Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send,
+                         void* recv, size_t count) {
+  const Layout at(ctx, ring, count);
+  const int p = ring.size;
+  const int r = ring.index;
   if (p == 1) return CopyLocal(ctx, send, recv, count);
-  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  Primitives prims(ctx, ring.prev, ring.next);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
     prims.StartSegment(seg, at.segments(), p);
     const void* mine = at.InChunk(send, r, seg);
@@ -105,12 +113,13 @@ Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_
   return prims.Flush();
 }
 
-Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  const Layout at(ctx, count);
-  const int p = at.ranks();
-  const int r = ctx.transport->rank();
+Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send,
+                         void* recv, size_t count) {
+  const Layout at(ctx, ring, count);
+  const int p = ring.size;
+  const int r = ring.index;
   if (p == 1) return CopyLocal(ctx, send, recv, count);
-  Primitives prims(ctx, Mod(r - 1, p), Mod(r + 1, p));
+  Primitives prims(ctx, ring.prev, ring.next);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
     prims.StartSegment(seg, at.segments(), 2 * p - 1);
     // Reduce-scatter: partial sums travel through staging slots.
@@ -123,6 +132,18 @@ Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_
     CHORUS_RETURN_IF_ERROR(AllGatherTail(prims, at, recv, r, seg));
   }
   return prims.Flush();
+}
+
+Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  return RingReduceScatterOver(ctx, RingView::Whole(*ctx.transport), send, recv, count, false);
+}
+
+Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  return RingAllGatherOver(ctx, RingView::Whole(*ctx.transport), send, recv, count);
+}
+
+Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  return RingAllReduceOver(ctx, RingView::Whole(*ctx.transport), send, recv, count);
 }
 
 }  // namespace chorus::internal

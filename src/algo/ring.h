@@ -24,4 +24,25 @@ Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, s
 Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 
+// A ring over some of the ranks (for hierarchical schedules): `size` members, this rank is
+// member `index`, data arrives from rank `prev` and leaves for rank `next` (global ranks).
+// Chunks are numbered by member index.
+struct RingView {
+  int size;
+  int index;
+  int prev;
+  int next;
+  // Every rank of the transport, in rank order.
+  static RingView Whole(const Transport& t);
+};
+
+// As above over `ring`. recv_is_whole: the reduced chunk lands at its place in a buffer of
+// `count` elements (for an all-reduce built from parts) rather than in a chunk-sized buffer.
+Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const void* send,
+                             void* recv, size_t count, bool recv_is_whole);
+Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send,
+                         void* recv, size_t count);
+Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send,
+                         void* recv, size_t count);
+
 }  // namespace chorus::internal

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "algo/direct.h"
+#include "algo/hierarchical.h"
 #include "algo/ring.h"
 
 namespace chorus::internal {
@@ -15,9 +16,13 @@ constexpr size_t kOneShotMaxBytes = size_t{16} << 10;
 constexpr size_t kShmDirectMaxBytes = size_t{256} << 10;
 
 bool Always(const CallShapeForSelection&) { return true; }
+// Over TCP and MPI every message pays a network (or MPI) latency, and one-shot sends p-1 of
+// them per rank where the ring's steps overlap: they take the ring.
 bool SmallAllReduce(const CallShapeForSelection& s) {
-  return s.transport != TransportKind::kTcp && s.bytes <= kOneShotMaxBytes;
+  return (s.transport == TransportKind::kThread || s.transport == TransportKind::kShm) &&
+         s.bytes <= kOneShotMaxBytes;
 }
+bool MultiHost(const CallShapeForSelection& s) { return s.multi_host; }
 bool ThreadRanks(const CallShapeForSelection& s) { return s.transport == TransportKind::kThread; }
 // Direct RS/AG read peers' buffers in place on threads at any size; through shared memory
 // every pair needs its own staging, so only for small buffers.
@@ -26,13 +31,16 @@ bool DirectFits(const CallShapeForSelection& s) {
          (s.transport == TransportKind::kShm && s.bytes <= kShmDirectMaxBytes);
 }
 
-constexpr std::array<AlgorithmInfo, 7> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 8> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread or shm ranks, buffer <= 16 KiB", SmallAllReduce, OneShotAllReduce},
     {CollectiveKind::kAllReduce, "direct",
      "direct reduce-scatter (chunks read in place) then direct all-gather; 2 steps",
      "thread ranks, larger buffers", ThreadRanks, DirectAllReduce},
+    {CollectiveKind::kAllReduce, "hierarchical",
+     "shm reduce-scatter in each host, TCP ring all-reduce across hosts, shm all-gather",
+     "ranks on several hosts, the same number (> 1) on each", MultiHost, HierarchicalAllReduce},
     {CollectiveKind::kAllReduce, "ring",
      "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
      "otherwise", Always, RingAllReduce},

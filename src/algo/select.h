@@ -18,6 +18,7 @@ struct CallShapeForSelection {
   TransportKind transport;
   int ranks;
   size_t bytes;  // total buffer
+  bool multi_host = false;  // the transport has a host layout (Transport::hosts())
 };
 
 struct AlgorithmInfo {

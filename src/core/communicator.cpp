@@ -19,7 +19,8 @@ CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
     : transport_(std::move(transport)),
       kind_(kind),
       options_(options),
-      policy_(WaitPolicy::For(transport_->ranks_on_host())),
+      policy_(transport_->rings_doorbell() ? WaitPolicy::For(transport_->ranks_on_host())
+                                           : WaitPolicy::PollOnly()),
       scratch_(std::make_unique<std::byte[]>(transport_->slot_bytes())),
       operands_(static_cast<size_t>(transport_->size())),
       messages_(static_cast<size_t>(transport_->size())) {
@@ -74,7 +75,8 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   const size_t total = kind == CollectiveKind::kAllGather ? recv.count : send.count;
   const size_t elem = DataTypeSize(send.dtype);
   const std::string& requested = options.algorithm.empty() ? options_.algorithm : options.algorithm;
-  auto algorithm = SelectAlgorithm({kind, kind_, size(), total * elem}, requested);
+  auto algorithm = SelectAlgorithm(
+      {kind, kind_, size(), total * elem, transport_->hosts() != nullptr}, requested);
   if (!algorithm.ok()) {
     transport_->Reject(call, algorithm.status().message());
     return algorithm.status();

@@ -4,20 +4,30 @@
 //   2. Every rank publishes who it is ("join/<rank>": host id, pid) under the communicator's
 //      prefix and waits for all the others; a missing rank is named in the deadline error.
 //   3. The transport follows from where the ranks are: one process -> thread; one host -> shm;
-//      several hosts -> TCP (not in this build yet, so a clear error).
+//      several hosts -> TCP. CommOptions::transport may force shm or TCP.
 //   4. The transport connects through the same store.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chorus/communicator.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/bootstrap.h"
+#include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/thread/thread_transport.h"
 
 namespace chorus {
@@ -114,6 +124,70 @@ Result<TcpStoreServer::Options> ServerOptions(const std::string& url) {
                                  static_cast<uint16_t>(value)};
 }
 
+// The IPv4 address TCP ranks listen on: `listen` (an address or an interface name), else
+// loopback when every rank is on this host, else the first non-loopback interface that is up.
+Result<std::string> ListenAddress(const std::string& listen, bool one_host) {
+  in_addr parsed{};
+  if (!listen.empty() && inet_pton(AF_INET, listen.c_str(), &parsed) == 1) return listen;
+  if (listen.empty() && one_host) return std::string("127.0.0.1");
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return Unavailable("Create: getifaddrs failed");
+  std::string found;
+  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if (!(i->ifa_flags & IFF_UP)) continue;
+    const bool wanted = listen.empty() ? !(i->ifa_flags & IFF_LOOPBACK) : listen == i->ifa_name;
+    if (!wanted) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    found = text;
+  }
+  freeifaddrs(list);
+  if (found.empty()) {
+    return InvalidArgument(listen.empty()
+                               ? std::string("Create: the ranks span hosts but this host has no "
+                                             "IPv4 interface up to listen on besides loopback")
+                               : "Create: options.listen (\"" + listen +
+                                     "\") is neither an IPv4 address nor an interface with one");
+  }
+  return found;
+}
+
+// The host layout when every host holds the same number (> 1) of ranks; else nullopt.
+std::optional<internal::HostLayout> LayoutOf(const std::vector<Member>& members, int rank) {
+  std::vector<std::string> hosts;  // in order of their lowest rank
+  std::vector<std::vector<int>> ranks;
+  for (int r = 0; r < static_cast<int>(members.size()); ++r) {
+    const std::string& host = members[static_cast<size_t>(r)].host;
+    const auto it = std::find(hosts.begin(), hosts.end(), host);
+    if (it == hosts.end()) {
+      hosts.push_back(host);
+      ranks.push_back({r});
+    } else {
+      ranks[static_cast<size_t>(it - hosts.begin())].push_back(r);
+    }
+  }
+  internal::HostLayout layout;
+  layout.hosts = static_cast<int>(hosts.size());
+  layout.local_size = static_cast<int>(ranks[0].size());
+  for (const auto& on_host : ranks) {
+    if (static_cast<int>(on_host.size()) != layout.local_size) return std::nullopt;
+  }
+  if (layout.hosts < 2 || layout.local_size < 2) return std::nullopt;
+  for (int h = 0; h < layout.hosts; ++h) {
+    const auto& on_host = ranks[static_cast<size_t>(h)];
+    const auto me = std::find(on_host.begin(), on_host.end(), rank);
+    if (me == on_host.end()) continue;
+    layout.host_index = h;
+    layout.local_index = static_cast<int>(me - on_host.begin());
+    layout.local = on_host;
+  }
+  for (const auto& on_host : ranks) {
+    layout.cross.push_back(on_host[static_cast<size_t>(layout.local_index)]);
+  }
+  return layout;
+}
+
 }  // namespace
 
 std::string_view TransportKindName(TransportKind kind) {
@@ -126,25 +200,49 @@ std::string_view TransportKindName(TransportKind kind) {
       return "shm";
     case TransportKind::kTcp:
       return "tcp";
+    case TransportKind::kMpi:
+      return "mpi";
   }
   return "unknown";
 }
 
 Result<Communicator> Communicator::Create(const CommOptions& options) {
   CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
+  if (options.transport == TransportKind::kMpi) {
+    return InvalidArgument(
+        "Create: options.transport is kMpi: use chorus::CreateMpiCommunicator (chorus/mpi.h, "
+        "built with CHORUS_WITH_MPI)");
+  }
   const Deadline deadline = internal::DeadlineAfter(options.timeout);
 
   std::unique_ptr<TcpStoreServer> server;
-  if (options.host_store && options.rank == 0 && !options.store) {
+  std::shared_ptr<Store> store = options.store;
+  std::string secret = options.secret;
+  const bool bootstrap = !store && options.store_url.rfind(internal::kBootstrapScheme, 0) == 0;
+  if (bootstrap) {
+    std::string host = internal::BootstrapHost(options.store_url);
+    if (host.empty() && options.rank == 0) {
+      auto address = ListenAddress(options.listen, false);
+      if (!address.ok()) return address.status();
+      host = *address;
+    }
+    auto booted = internal::Bootstrap(options.store_url, options.rank, secret, host, deadline);
+    if (!booted.ok()) return booted.status();
+    store = std::move(booted->store);
+    server = std::move(booted->server);
+    secret = std::move(booted->secret);
+  }
+  if (options.host_store && options.rank == 0 && !store) {
     auto server_options = ServerOptions(options.store_url);
     if (!server_options.ok()) return server_options.status();
+    server_options->secret = secret;
     auto started = TcpStoreServer::Start(*server_options);
     if (!started.ok()) return started.status();
     server = std::move(started).value();
   }
-  std::shared_ptr<Store> store = options.store;
   if (!store) {
-    auto opened = OpenStore(options.store_url, {.connect_timeout = Remaining(deadline)});
+    auto opened =
+        OpenStore(options.store_url, {.connect_timeout = Remaining(deadline), .secret = secret});
     if (!opened.ok()) return opened.status();
     store = std::move(opened).value();
   }
@@ -159,35 +257,73 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   auto members =
       Join(*scoped, store->address(), options.rank, options.size, deadline, options.timeout);
   if (!members.ok()) return members.status();
-  for (int r = 0; r < options.size; ++r) {
-    const Member& m = (*members)[static_cast<size_t>(r)];
-    if (m.host != (*members)[0].host) {
-      return Unimplemented("Create: ranks span hosts (rank 0 on " + (*members)[0].host + ", rank " +
-                           std::to_string(r) + " on " + m.host +
-                           "): that needs the TCP transport, which this build does not have yet");
-    }
-  }
-  if (options.transport == TransportKind::kTcp) {
-    return Unimplemented("Create: the TCP transport is not in this build yet");
-  }
+  if (bootstrap && options.rank == 0) internal::FinishBootstrap(options.store_url);
+
+  const Member& me = (*members)[static_cast<size_t>(options.rank)];
+  bool one_host = true;
   bool one_process = true;
-  for (const Member& m : *members) one_process = one_process && m.pid == (*members)[0].pid;
-  if (options.transport == TransportKind::kThread && !one_process) {
+  int ranks_on_host = 0;
+  for (const Member& m : *members) {
+    one_host = one_host && m.host == (*members)[0].host;
+    one_process = one_process && m.pid == (*members)[0].pid;
+    ranks_on_host += m.host == me.host ? 1 : 0;
+  }
+  TransportKind kind = options.transport;
+  if (kind == TransportKind::kAuto) {
+    kind = one_process ? TransportKind::kThread
+           : one_host  ? TransportKind::kShm
+                       : TransportKind::kTcp;
+  }
+  if (kind == TransportKind::kThread && !one_process) {
     return InvalidArgument(
         "Create: options.transport is kThread but the ranks are in different processes");
   }
+  if (kind == TransportKind::kShm && !one_host) {
+    return InvalidArgument("Create: options.transport is kShm but the ranks span hosts (rank 0 on " +
+                           (*members)[0].host + ", rank " + std::to_string(options.rank) + " on " +
+                           me.host + ")");
+  }
 
-  const bool threads = one_process && options.transport != TransportKind::kShm;
-  Result<std::unique_ptr<internal::Transport>> transport =
-      threads
-          ? internal::ConnectThreads(*scoped, {options.rank, options.size, options.segment_bytes,
-                                               options.pipeline_depth, deadline})
-          : internal::ConnectShm(*scoped, {options.rank, options.size, options.segment_bytes,
-                                           options.pipeline_depth, deadline});
+  const internal::ConnectConfig connect{options.rank, options.size, options.segment_bytes,
+                                        options.pipeline_depth, deadline};
+  Result<std::unique_ptr<internal::Transport>> transport = Internal("Create: no transport");
+  if (kind == TransportKind::kThread) {
+    transport = internal::ConnectThreads(*scoped, connect);
+  } else if (kind == TransportKind::kShm) {
+    transport = internal::ConnectShm(*scoped, connect);
+  } else {
+    if (secret.empty()) {
+      return InvalidArgument(
+          "Create: the TCP transport needs the job's secret: set options.secret (or "
+          "CHORUS_SECRET / CHORUS_SECRET_FILE; chorus launch sets one)");
+    }
+    auto key = internal::Secret::FromText(secret, "options.secret");
+    if (!key.ok()) return key.status();
+    auto address = ListenAddress(options.listen, one_host);
+    if (!address.ok()) return address.status();
+    internal::TcpConfig tcp{connect, *address, *key, ranks_on_host,
+                            std::min<std::chrono::milliseconds>(options.timeout,
+                                                                std::chrono::seconds(10))};
+    // Ranks that share a host reach each other through shared memory (transport/hybrid).
+    std::optional<internal::HostLayout> layout = LayoutOf(*members, options.rank);
+    if (!layout) {
+      transport = internal::ConnectTcp(*scoped, tcp);
+    } else {
+      const std::shared_ptr<Store> host_scope =
+          MakePrefixStore(scoped, "host/" + std::to_string(layout->host_index) + "/");
+      auto shm = internal::ConnectShm(*host_scope, {layout->local_index, layout->local_size,
+                                                    options.segment_bytes,
+                                                    options.pipeline_depth, deadline});
+      if (!shm.ok()) return shm.status();
+      tcp.bell = &(*shm)->doorbell();
+      auto network = internal::ConnectTcp(*scoped, tcp);
+      if (!network.ok()) return network.status();
+      transport = std::unique_ptr<internal::Transport>(std::make_unique<internal::HybridTransport>(
+          std::move(shm).value(), std::move(network).value(), std::move(*layout)));
+    }
+  }
   if (!transport.ok()) return transport.status();
-  auto state = std::make_unique<internal::CommState>(
-      std::move(transport).value(), threads ? TransportKind::kThread : TransportKind::kShm,
-      options);
+  auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options);
   state->HostStore(std::move(server));
   return Communicator(std::move(state));
 }

@@ -4,10 +4,14 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 
 #include "chorus/communicator.h"
+#include "rendezvous/auth.h"
+#include "rendezvous/bootstrap.h"
 
 namespace chorus {
 namespace {
@@ -47,7 +51,7 @@ constexpr Source kSources[] = {
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS"},
 };
 
-// A name for this job that every rank on this host derives alike, for a file store.
+// A name for this job that every rank derives alike, for the bootstrap file.
 std::optional<std::string> LauncherJobKey() {
   if (auto id = Var("OMPI_MCA_ess_base_jobid")) return "ompi-" + *id;
   if (auto id = Var("SLURM_JOB_ID"))
@@ -55,6 +59,34 @@ std::optional<std::string> LauncherJobKey() {
   // MPICH's hydra starts every rank of a host from one proxy process.
   if (Var("PMI_RANK")) return "pmi-" + std::to_string(getppid());
   return std::nullopt;
+}
+
+// True when the launcher says every rank runs on this host.
+bool LauncherSingleHost(int size) {
+  const auto local = [](const char* name) { return Var(name).value_or(""); };
+  const std::string world = std::to_string(size);
+  if (local("OMPI_COMM_WORLD_LOCAL_SIZE") == world) return true;
+  if (local("MPI_LOCALNRANKS") == world) return true;
+  return local("SLURM_NNODES") == "1" || local("SLURM_JOB_NUM_NODES") == "1";
+}
+
+// The text of a secret file, refused when others may read it (see Secret::FromFile).
+Result<std::string> SecretFromFile(const std::string& path) {
+  auto checked = internal::Secret::FromFile(path);
+  if (!checked.ok()) return checked.status();
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+Result<TransportKind> TransportFromName(const std::string& name) {
+  for (TransportKind kind : {TransportKind::kAuto, TransportKind::kThread, TransportKind::kShm,
+                             TransportKind::kTcp}) {
+    if (name == TransportKindName(kind)) return kind;
+  }
+  return InvalidArgument("environment: CHORUS_TRANSPORT=\"" + name +
+                         "\" is not one of auto, thread, shm, tcp");
 }
 
 }  // namespace
@@ -95,7 +127,11 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
       base.store_url = "tcp://" + *addr + ":" + std::to_string(chorus_port);
       base.host_store = true;
     } else if (auto job = LauncherJobKey()) {
-      base.store_url = "file:///tmp/chorus-store-" + std::to_string(getuid()) + "-" + *job;
+      // Rank 0 hosts the store and publishes where through a file (rendezvous/bootstrap.h).
+      const std::string dir = Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp");
+      base.store_url = std::string(internal::kBootstrapScheme) +
+                       (LauncherSingleHost(base.size) ? "127.0.0.1" : "") + dir +
+                       "/chorus-bootstrap-" + std::to_string(getuid()) + "-" + *job;
     } else {
       return InvalidArgument(
           "environment: no store to meet through (set CHORUS_STORE=tcp://host:port or "
@@ -107,6 +143,22 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
   } else if (timeout->has_value()) {
     base.timeout = std::chrono::milliseconds(**timeout);
   }
+  if (base.secret.empty()) {
+    if (auto secret = Var("CHORUS_SECRET")) {
+      base.secret = *secret;
+    } else if (auto file = Var("CHORUS_SECRET_FILE")) {
+      auto text = SecretFromFile(*file);
+      if (!text.ok()) return text.status();
+      base.secret = std::move(text).value();
+    }
+  }
+  if (base.listen.empty()) base.listen = Var("CHORUS_SOCKET_IFNAME").value_or("");
+  if (auto name = Var("CHORUS_TRANSPORT"); name && base.transport == TransportKind::kAuto) {
+    auto kind = TransportFromName(*name);
+    if (!kind.ok()) return kind.status();
+    base.transport = *kind;
+  }
+  if (base.algorithm.empty()) base.algorithm = Var("CHORUS_ALGO").value_or("");
   return base;
 }
 

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "chorus/status.h"
@@ -43,6 +44,18 @@ struct Message {
   const void* data = nullptr;
   size_t bytes = 0;
   CallTag tag;
+};
+
+// Where the ranks of a multi-host group are, for hierarchical schedules: every host holds
+// `local_size` ranks; `local` lists this host's ranks and `cross` the ranks that have this
+// rank's local index on every host (both in rank order, global ranks).
+struct HostLayout {
+  int hosts = 1;
+  int local_size = 1;
+  int local_index = 0;
+  int host_index = 0;
+  std::vector<int> local;
+  std::vector<int> cross;
 };
 
 // What a transport needs to connect one rank to its group.
@@ -91,6 +104,12 @@ class Transport {
 
   // This rank's doorbell: rung whenever a message or a credit arrives, or the group fails.
   virtual Doorbell& doorbell() = 0;
+  // False for a transport that progresses only when polled (nothing rings the doorbell when a
+  // message arrives): waits on it then yield between polls and never sleep.
+  virtual bool rings_doorbell() const { return true; }
+  // The host layout when ranks span several hosts with the same number of ranks on each, and
+  // ranks on a host reach each other through shared memory; else null.
+  virtual const HostLayout* hosts() const { return nullptr; }
 
   // Group-wide failure: the first Fail() wins; every rank's waits are interrupted.
   virtual void Fail(const Status& status) = 0;

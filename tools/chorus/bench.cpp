@@ -488,7 +488,7 @@ int RunBenchRanks(const BenchConfig& cfg) {
       cfg.transport == TransportKind::kThread
           ? RunThreadRanks(cfg.ranks, BenchCommOptions(cfg, TransportKind::kThread), body,
                            BenchWatch(cfg))
-          : RunProcessRank(BenchCommOptions(cfg, TransportKind::kShm), body, BenchWatch(cfg));
+          : RunProcessRank(BenchCommOptions(cfg, cfg.transport), body, BenchWatch(cfg));
   if (!status.ok()) return FailureExit(status);
   return wrong > 0 ? kExitWrong : 0;
 }
@@ -529,7 +529,7 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                   "comma-separated collectives run one after another, or 'all' (overrides --op)");
   sub->add_option("-t,--transport", flags->transport,
                   "thread: ranks are threads of this process; shm: ranks are processes on this "
-                  "host (started through chorus launch)")
+                  "host (started through chorus launch); tcp: processes over TCP on loopback")
       ->capture_default_str();
   sub->add_option("-n,--ranks", flags->ranks, "ranks (threads or processes)")
       ->capture_default_str();
@@ -591,9 +591,10 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       return;
     }
     if (flags->rank_worker) {
-      cfg->transport = TransportKind::kShm;  // this process is one of the launcher's ranks
+      // This process is one of the launcher's ranks.
+      if (cfg->transport == TransportKind::kThread) cfg->transport = TransportKind::kShm;
       exit_code = RunBenchRanks(*cfg);
-    } else if (cfg->transport == TransportKind::kShm) {
+    } else if (cfg->transport != TransportKind::kThread) {
       exit_code = ExecUnderLauncher("chorus bench", cfg->ranks, WorkerArgs(*flags), kExitFailed);
     } else {
       exit_code = RunBenchRanks(*cfg);

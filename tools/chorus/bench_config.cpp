@@ -151,7 +151,7 @@ Result<BenchConfig> MakeConfig(const BenchFlags& f) {
   CHORUS_RETURN_IF_ERROR(ParseOpList(f.ops.empty() ? f.op : f.ops, cfg.ops));
   const std::optional<TransportKind> transport = ParseCliTransport(f.transport);
   if (!transport) {
-    return InvalidArgument("--transport must be thread or shm, got '" + f.transport + "'");
+    return InvalidArgument("--transport must be thread, shm or tcp, got '" + f.transport + "'");
   }
   cfg.transport = *transport;
   if (f.ranks < 1) return InvalidArgument("--ranks must be >= 1, got " + std::to_string(f.ranks));
@@ -245,6 +245,7 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
       "--iters=" + std::to_string(f.iters),
       "--lib=" + f.lib,
       "--timeout-ms=" + std::to_string(f.timeout_ms),
+      "--transport=" + f.transport,
   };
   const auto optional = [&args](const char* flag, const std::string& value) {
     if (!value.empty()) args.push_back(std::string(flag) + "=" + value);

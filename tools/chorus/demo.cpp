@@ -572,7 +572,8 @@ std::vector<std::string> WorkerArgs(const DemoFlags& flags) {
                                    "--count=" + std::to_string(flags.count),
                                    "--dtype=" + flags.dtype,
                                    "--reps=" + std::to_string(flags.reps),
-                                   "--timeout-ms=" + std::to_string(flags.timeout_ms)};
+                                   "--timeout-ms=" + std::to_string(flags.timeout_ms),
+                                   "--transport=" + flags.transport};
   if (!flags.json_path.empty()) args.push_back("--json=" + flags.json_path);
   if (!flags.plot_dir.empty()) args.push_back("--plot=" + flags.plot_dir);
   return args;
@@ -580,15 +581,16 @@ std::vector<std::string> WorkerArgs(const DemoFlags& flags) {
 
 int RunDemo(const DemoFlags& flags) {
   const DataType dtype = *ParseDataType(flags.dtype);  // the flags' validators accepted them
-  const TransportKind transport =
-      flags.rank_worker ? TransportKind::kShm : *ParseCliTransport(flags.transport);
+  TransportKind transport = *ParseCliTransport(flags.transport);
+  // A worker is one of the launcher's processes: shm unless TCP was asked for.
+  if (flags.rank_worker && transport == TransportKind::kThread) transport = TransportKind::kShm;
   if (!flags.rank_worker) {
     if (flags.count % flags.ranks != 0) {
       std::cerr << "chorus demo: --count (" << flags.count << ") must be a multiple of --ranks ("
                 << flags.ranks << "): reduce-scatter gives every rank count/ranks values\n";
       return kExitUsage;
     }
-    if (transport == TransportKind::kShm) {
+    if (transport != TransportKind::kThread) {
       return ExecUnderLauncher("chorus demo", flags.ranks, WorkerArgs(flags), kExitFailed);
     }
   }
@@ -610,11 +612,11 @@ int RunDemo(const DemoFlags& flags) {
   const Watchdog::Options watch{.program = "chorus demo",
                                 .stall = 2 * options.timeout + std::chrono::seconds(10),
                                 .exit_code = kExitFailed};
-  CommOptions shm = options;
-  shm.transport = TransportKind::kShm;
+  CommOptions processes = options;
+  processes.transport = transport;
   const Status status = transport == TransportKind::kThread
                             ? RunThreadRanks(flags.ranks, options, body, watch)
-                            : RunProcessRank(shm, body, watch);
+                            : RunProcessRank(processes, body, watch);
   if (!status.ok()) return Fail(status);
   if (!rank_zero_here) return 0;  // a worker process other than rank 0's
   return Finish(flags, options, rec);
@@ -630,8 +632,8 @@ void AddDemoCommand(CLI::App& app, int& exit_code) {
       "against the ring cost model");
   cmd->add_option("-t,--transport", flags->transport,
                   "thread: ranks are threads of this process; shm: ranks are processes on this "
-                  "host (started through chorus launch)")
-      ->check(CLI::IsMember({"thread", "shm"}))
+                  "host (started through chorus launch); tcp: processes over TCP on loopback")
+      ->check(CLI::IsMember({"thread", "shm", "tcp"}))
       ->capture_default_str();
   cmd->add_option("-n,--ranks", flags->ranks, "ranks (threads or processes) in the group")
       ->check(CLI::Range(1, 1024))

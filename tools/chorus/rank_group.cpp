@@ -266,6 +266,7 @@ int ExecUnderLauncher(const std::string& program, int ranks,
 std::optional<TransportKind> ParseCliTransport(std::string_view name) {
   if (name == "thread") return TransportKind::kThread;
   if (name == "shm") return TransportKind::kShm;
+  if (name == "tcp") return TransportKind::kTcp;
   return std::nullopt;
 }
 

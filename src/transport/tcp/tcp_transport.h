@@ -1,0 +1,62 @@
+// TCP transport: ranks on any hosts, over authenticated TCP connections.
+//
+// Each rank listens on one socket and publishes its address through the store. Connections are
+// made lazily, the first time an algorithm touches a peer: the lower rank dials, both sides
+// prove the job's secret (rendezvous/auth.h), and only then are the link's staging slots
+// allocated and touched. A link is one socket carrying frames both ways (frame.h): data frames
+// hold one segment, control frames carry the group's failure and a rank's refusal of a call.
+//
+// Per link and direction there are `depth` slots of slot_bytes, which is the credit window:
+//
+//   rank thread  TryReserve -> fill slot -> Post ──▶ written to the socket (by the rank thread
+//                at once when the socket takes it, else by the progress thread) -> credit back
+//   progress     socket ──▶ header checked ──▶ payload read into a free receive slot ──▶
+//   thread       doorbell rung -> rank thread TryPeek / Release -> slot free again
+//
+// One progress thread per rank runs an epoll loop over the listening socket, the links, the
+// handshakes in progress and an eventfd the rank thread uses to call it. It sleeps in
+// epoll_wait, so it never burns a core a rank needs. Sends and receives of a link proceed
+// together, so a ring step streams both ways at once; TCP's own flow control backs up a
+// sender whose receiver has no free slot.
+//
+// Failure: a rank that fails the group sends a kFail frame on every link; a rank that receives
+// one records it and forwards it, so the failure floods every connected rank. A connection
+// that closes (the peer exited or was killed: the kernel closes its sockets) makes the peer
+// dead for waits that need it, which then fail with kUnavailable naming it.
+//
+// Strangers: a connection that does not complete the handshake with a valid claim (this
+// communicator, this rank, a lower peer rank not yet connected) within the handshake timeout
+// is closed and logged to stderr; the job does not notice. A frame that fails validation on
+// an authenticated link is a protocol error that fails the group.
+//
+// Thread safety: as Transport; plus the progress thread, which shares only atomics and the
+// per-link send lock with the rank thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "chorus/store.h"
+#include "rendezvous/auth.h"
+#include "transport/transport.h"
+
+namespace chorus::internal {
+
+struct TcpConfig {
+  ConnectConfig connect;
+  std::string listen_address;  // IPv4 address to listen on
+  Secret secret;
+  int ranks_on_host = 1;
+  // How long a connecting stranger may take over its handshake before it is dropped.
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // The doorbell to ring on arrivals instead of the transport's own: a hybrid transport's
+  // (transport/hybrid.h), so that one wait covers both of its transports.
+  Doorbell* bell = nullptr;
+};
+
+// Listens, publishes this rank's address through `store`, learns the others' and starts the
+// progress thread. No connection is made yet.
+Result<std::unique_ptr<Transport>> ConnectTcp(Store& store, const TcpConfig& config);
+
+}  // namespace chorus::internal

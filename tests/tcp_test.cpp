@@ -1,0 +1,361 @@
+// Ranks as processes over the TCP transport on loopback: the collective matrix, setup, a rank
+// killed mid-collective, and strangers that connect to a running job's listening socket.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "rendezvous/auth.h"
+#include "support/matrix.h"
+#include "support/spawn.h"
+
+namespace chorus {
+namespace {
+
+using testing::ForkRanks;
+using testing::MatrixParam;
+using testing::RankExit;
+namespace fs = std::filesystem;
+
+constexpr char kSecret[] = "tcp-test-secret";
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "chorus-tcp-test-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  std::string url() const { return "file://" + path_; }
+
+ private:
+  std::string path_;
+};
+
+CommOptions TcpOptions(int rank, int size, const std::string& store_url) {
+  CommOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.store_url = store_url;
+  o.transport = TransportKind::kTcp;
+  o.secret = kSecret;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+std::string Join(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const std::string& line : lines) s += line + "\n";
+  return s;
+}
+
+void ExpectAllOk(const std::vector<RankExit>& exits) {
+  for (size_t r = 0; r < exits.size(); ++r) {
+    EXPECT_TRUE(exits[r].ok()) << "rank " << r << " status " << exits[r].status << ": "
+                               << exits[r].report;
+  }
+}
+
+// One communicator per algorithm and rank count runs every count case: connecting costs more
+// than a small case. Arithmetic does not depend on the transport (the thread and shm matrices
+// cover every dtype and op at full scale), so this matrix runs the reduced dtype/op set and
+// spends its time on what TCP adds: framing, credits, partial reads and writes.
+struct TcpCase {
+  CollectiveKind kind;
+  std::string algorithm;
+  int ranks;
+};
+
+std::vector<TcpCase> TcpCases() {
+  std::vector<TcpCase> cases;
+  for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
+    for (int p : {1, 2, 3, 4, 5, 8}) cases.push_back({a.kind, std::string(a.name), p});
+  }
+  return cases;
+}
+
+class TcpMatrix : public ::testing::TestWithParam<TcpCase> {};
+
+TEST_P(TcpMatrix, ExactResults) {
+  const TcpCase c = GetParam();
+  setenv("CHORUS_TEST_SCALE", "small", 1);
+  const TempDir dir;
+  const auto exits = ForkRanks(c.ranks, [&](int rank) -> std::string {
+    auto comm = Communicator::Create(TcpOptions(rank, c.ranks, dir.url()));
+    if (!comm.ok()) return comm.status().ToString();
+    if (comm->transport() != TransportKind::kTcp) return "transport is not tcp";
+    std::string report;
+    for (int count = 0; count < testing::kNumCountCases; ++count) {
+      const MatrixParam m{c.kind, c.ranks, static_cast<testing::CountCase>(count), c.algorithm};
+      report += Join(testing::RunMatrixCase(*comm, m));
+    }
+    return report;
+  });
+  ExpectAllOk(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, TcpMatrix, ::testing::ValuesIn(TcpCases()),
+                         [](const auto& param_info) {
+                           return std::string(CollectiveKindName(param_info.param.kind)) + "_" +
+                                  param_info.param.algorithm + "_p" + std::to_string(param_info.param.ranks);
+                         });
+
+// Ranks on several "hosts": each forked rank gets its own hostname in a new UTS namespace (root
+// only), so Create sees distinct hosts and builds shm within a host and TCP across hosts.
+struct HostsCase {
+  std::vector<int> per_host;  // ranks on each host, hosts in rank order
+};
+
+void BecomeHost(int host) {
+  if (unshare(CLONE_NEWUTS) != 0) std::abort();
+  const std::string name = "chorus-fake-host-" + std::to_string(host);
+  if (sethostname(name.c_str(), name.size()) != 0) std::abort();
+}
+
+class TcpHosts : public ::testing::TestWithParam<HostsCase> {};
+
+TEST_P(TcpHosts, HierarchicalAndRingAreExact) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a UTS namespace per fake host";
+  setenv("CHORUS_TEST_SCALE", "small", 1);
+  const std::vector<int> per_host = GetParam().per_host;
+  std::vector<int> host_of;
+  for (size_t h = 0; h < per_host.size(); ++h) host_of.insert(host_of.end(), per_host[h], h);
+  const int p = static_cast<int>(host_of.size());
+  const TempDir dir;
+  const auto exits = ForkRanks(p, [&](int rank) -> std::string {
+    BecomeHost(host_of[static_cast<size_t>(rank)]);
+    CommOptions o = TcpOptions(rank, p, dir.url());
+    o.transport = TransportKind::kAuto;
+    o.listen = "127.0.0.1";
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    if (comm->transport() != TransportKind::kTcp) return "kAuto did not pick tcp across hosts";
+    std::string report;
+    for (const char* algorithm : {"hierarchical", "ring", ""}) {
+      for (int count = 0; count < testing::kNumCountCases; ++count) {
+        const MatrixParam m{CollectiveKind::kAllReduce, p, static_cast<testing::CountCase>(count),
+                            algorithm};
+        report += Join(testing::RunMatrixCase(*comm, m));
+      }
+    }
+    for (CollectiveKind kind : {CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
+      const MatrixParam m{kind, p, testing::CountCase::kTinySegments, "ring"};
+      report += Join(testing::RunMatrixCase(*comm, m));
+    }
+    return report;
+  });
+  ExpectAllOk(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TcpHosts,
+                         ::testing::Values(HostsCase{{2, 2}}, HostsCase{{2, 2, 2}},
+                                           HostsCase{{3, 3}}, HostsCase{{2, 1}},
+                                           HostsCase{{1, 1, 1}}),
+                         [](const auto& param_info) {
+                           std::string name = "hosts";
+                           for (int n : param_info.param.per_host) name += "_" + std::to_string(n);
+                           return name;
+                         });
+
+TEST(TcpHostsFailure, KilledRankOnOneHostIsNamedOnEveryHost) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a UTS namespace per fake host";
+  const TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
+    BecomeHost(rank / 2);
+    CommOptions o = TcpOptions(rank, 4, dir.url());
+    o.transport = TransportKind::kAuto;
+    o.listen = "127.0.0.1";
+    o.timeout = std::chrono::seconds(20);
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<float> v(1 << 16, 1.0f);
+    for (int i = 0;; ++i) {
+      if (rank == 3 && i == 5) raise(SIGKILL);
+      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kMax);
+      if (s.ok()) continue;
+      if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kAborted) {
+        return "wrong code: " + s.ToString();
+      }
+      if (s.message().find("rank 3") == std::string::npos) return "no rank 3 in: " + s.ToString();
+      return "";
+    }
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 1, 2}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
+  EXPECT_LT(seconds, 20.0);
+}
+
+TEST(TcpCreate, NoSecretIsAClearError) {
+  const TempDir dir;
+  const auto exits = ForkRanks(2, [&](int rank) -> std::string {
+    CommOptions o = TcpOptions(rank, 2, dir.url());
+    o.secret.clear();
+    o.timeout = std::chrono::seconds(5);
+    auto comm = Communicator::Create(o);
+    if (comm.ok()) return "Create succeeded without a secret";
+    if (comm.status().code() != StatusCode::kInvalidArgument) return comm.status().ToString();
+    return comm.status().message().find("secret") == std::string::npos ? comm.status().ToString()
+                                                                       : "";
+  });
+  ExpectAllOk(exits);
+}
+
+TEST(TcpCreate, RanksWithDifferentSecretsNeverExchangeData) {
+  const TempDir dir;
+  const auto exits = ForkRanks(2, [&](int rank) -> std::string {
+    CommOptions o = TcpOptions(rank, 2, dir.url());
+    if (rank == 1) o.secret = "another-secret";
+    o.timeout = std::chrono::seconds(3);
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<int32_t> v(8, rank + 1);
+    const Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+    if (s.ok()) return "an all-reduce across different secrets succeeded";
+    if (v != std::vector<int32_t>(8, rank + 1)) return "the buffer changed";
+    return "";
+  });
+  ExpectAllOk(exits);
+}
+
+TEST(TcpFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
+  const TempDir dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
+    CommOptions o = TcpOptions(rank, 4, dir.url());
+    o.timeout = std::chrono::seconds(20);
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<float> v(1 << 16, 1.0f);
+    for (int i = 0;; ++i) {
+      if (rank == 2 && i == 5) raise(SIGKILL);  // dies between its 5th and 6th call
+      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kSum);
+      if (s.ok()) continue;
+      if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kAborted) {
+        return "wrong code: " + s.ToString();
+      }
+      if (s.message().find("rank 2") == std::string::npos) return "no rank 2 in: " + s.ToString();
+      return "";
+    }
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int r : {0, 1, 3}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
+  EXPECT_TRUE(WIFSIGNALED(exits[2].status) && WTERMSIG(exits[2].status) == SIGKILL);
+  EXPECT_LT(seconds, 20.0);  // found from the closed connection, not the deadline
+}
+
+// ---------------------------------------------------------------- strangers
+
+int Dial(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads until the peer closes the connection or `limit` passes; -1 if it never closed.
+ssize_t BytesUntilClosed(int fd, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  ssize_t total = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) return total;
+    total += n;
+  }
+  return -1;
+}
+
+// Rank 2 is a stranger that attacks rank 1's listening socket while ranks 0 and 1 run
+// all-reduces; the job must finish with exact results and the stranger must learn nothing.
+TEST(TcpSecurity, StrangersAreDroppedWhileTheJobRunsOn) {
+  const TempDir dir;
+  const auto exits = ForkRanks(3, [&](int rank) -> std::string {
+    auto store = OpenStore(dir.url());
+    if (!store.ok()) return store.status().ToString();
+    if (rank == 2) {
+      auto address = (*store)->Get("chorus/world/1/tcp/addr/1", std::chrono::seconds(30));
+      if (!address.ok()) return address.status().ToString();
+      if (!(*store)->Get("job/running", std::chrono::seconds(30)).ok()) return "job never ran";
+      std::string failures;
+      {  // garbage instead of a handshake
+        const int fd = Dial(*address);
+        const std::string junk(200, 'G');
+        (void)!send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+        if (BytesUntilClosed(fd, std::chrono::seconds(10)) != 0) failures += "garbage kept; ";
+        close(fd);
+      }
+      {  // the wrong secret: gets the acceptor's challenge (72 bytes) and nothing more
+        const int fd = Dial(*address);
+        auto wrong = internal::Secret::FromText("not-the-secret", "test");
+        internal::Handshake h(*wrong, internal::Handshake::Role::kDialer,
+                              "chorus-tcp/1 0000000000000000 0 1");
+        const Status s = internal::RunHandshake(
+            fd, h, internal::DeadlineAfter(std::chrono::seconds(10)));
+        if (s.ok()) failures += "handshake with the wrong secret succeeded; ";
+        close(fd);
+      }
+      {  // a claim length past the limit
+        const int fd = Dial(*address);
+        const unsigned char hello[8] = {'C', 'H', 'R', 'A', 0, 1, 0xff, 0xff};
+        (void)!send(fd, hello, sizeof(hello), MSG_NOSIGNAL);
+        if (BytesUntilClosed(fd, std::chrono::seconds(10)) != 0) failures += "long claim kept; ";
+        close(fd);
+      }
+      {  // connects and says nothing: dropped after the handshake timeout (3 s here)
+        const int fd = Dial(*address);
+        if (BytesUntilClosed(fd, std::chrono::seconds(15)) != 0) failures += "staller kept; ";
+        close(fd);
+      }
+      (void)(*store)->Set("stranger/done", "1");
+      return failures;
+    }
+    CommOptions o = TcpOptions(rank, 2, dir.url());
+    o.timeout = std::chrono::seconds(3);  // also the handshake timeout
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    for (int i = 0;; ++i) {
+      std::vector<int32_t> v(1000, (rank + 1) * i);
+      if (Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum); !s.ok()) {
+        return "call " + std::to_string(i) + ": " + s.ToString();
+      }
+      if (v != std::vector<int32_t>(1000, 3 * i)) return "wrong sum in call " + std::to_string(i);
+      if (rank == 0 && i == 0) (void)(*store)->Set("job/running", "1");
+      // Both ranks stop together: a max-reduce of "the stranger is done".
+      int32_t done = (*store)->Wait({"stranger/done"}, std::chrono::milliseconds(1)).ok() ? 1 : 0;
+      if (Status s = comm->AllReduce(std::span<int32_t>(&done, 1), ReduceOp::kMax); !s.ok()) {
+        return s.ToString();
+      }
+      if (done) return "";
+      usleep(2000);
+    }
+  });
+  ExpectAllOk(exits);
+}
+
+}  // namespace
+}  // namespace chorus
