@@ -2,9 +2,11 @@
 #
 #   make demo     install missing Debian packages, build, run `chorus demo`
 #   make test     install, build, run every test: the normal build, then ASan+UBSan and TSan
-#                 builds, plus the find_package / add_subdirectory consumer projects
+#                 builds, plus the find_package / add_subdirectory consumer projects and a
+#                 bounded libFuzzer run (clang) over the wire parsers
 #   make bench    build and run the Google Benchmark micro-benchmarks
 #   make plot     run the demo and render its figures into build/demo/ with matplotlib
+#   make fuzz     build the libFuzzer target with clang and run it for FUZZ_SECONDS
 #   make asan | tsan | consumer | format | format-check | clean
 #
 # Installing packages needs root (scripts/install-deps.sh says what is missing otherwise).
@@ -21,6 +23,7 @@
 #   DEMO_ARGS    extra arguments for `chorus demo`, e.g. DEMO_ARGS="--ranks 8 --plot out"
 #   BENCH_ARGS   extra arguments for each benchmark binary
 #   TSAN_SETARCH auto | yes | no: run TSan tests with ASLR off (see below)
+#   FUZZ_SECONDS how long `make fuzz` (and so `make test`) fuzzes (default 60)
 #
 # Environment seen by the sanitizer test runs:
 #   CHORUS_TEST_SCALE=small  tells the tests to shrink their largest element counts, since
@@ -34,6 +37,7 @@ PYTHON     ?= /usr/bin/python3
 DEMO_ARGS  ?=
 BENCH_ARGS ?=
 TSAN_SETARCH ?= auto
+FUZZ_SECONDS ?= 60
 
 BUILD_DIR := build
 ASAN_DIR  := build-asan
@@ -54,7 +58,7 @@ TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_
 
 # Each recipe line runs after the previous target finished; the parallelism is inside CMake.
 .NOTPARALLEL:
-.PHONY: all deps configure build demo plot test test-build asan tsan shm-check consumer bench format \
+.PHONY: all deps configure build demo plot test test-build asan tsan fuzz shm-check consumer bench format \
         format-check clean
 
 all: build
@@ -84,7 +88,7 @@ test-build: build
 
 # ctest's own summary stays the last thing printed, so CI can read the test count: the final
 # check that no test left a shared-memory segment behind prints only when it fails.
-test: test-build asan tsan shm-check
+test: test-build asan tsan fuzz shm-check
 
 shm-check:
 	@left=$$(ls /dev/shm 2>/dev/null | grep "^chorus-$$(id -u)-" || true); \
@@ -120,6 +124,12 @@ tsan: deps
 	$$runner $(CMAKE) -S . -B $(TSAN_DIR) $(SANITIZER_CMAKE_FLAGS) -DCHORUS_SANITIZE=thread; \
 	$$runner $(CMAKE) --build $(TSAN_DIR) -j$(JOBS); \
 	$(TSAN_ENV) $$runner $(CTEST) --test-dir $(TSAN_DIR) $(CTEST_FLAGS)
+
+# The handshake, frame and store-request parsers under libFuzzer for a bounded time; a crash
+# fails the target and leaves its input in build-fuzz/artifacts/.
+fuzz: deps
+	@echo "== [$$(date +%T)] fuzz: $(FUZZ_SECONDS) s"
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
 
 # Only the packaging tests: install build/ into build/_install, then build and run the
 # find_package and add_subdirectory consumers in tests/consumer/.
