@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -564,6 +565,255 @@ TEST_F(LaunchTest, ProgIsLookedUpOnThePathOfTheLauncher) {
                      {{"PATH", bin.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin")}});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(Lines(r.out), UnorderedElementsAreArray({"[0] hello from 0", "[1] hello from 1"}));
+}
+
+// ------------------------------------------------------------------ --hosts through an agent
+
+// Runs ranks "on hosts" through a fake rsh agent that behaves as ssh does: it joins its words and
+// has bash run them, in a fresh environment (PATH and FAKE_HOST=HOST only). It records each HOST
+// in hosts.log and its whole argv in argv.log.
+class HostsTest : public LaunchTest {
+ protected:
+  void SetUp() override {
+    LaunchTest::SetUp();
+    agent_ = (dir_ / "fake-rsh").string();
+    std::ofstream(agent_) << "#!/bin/bash\n"
+                          << "printf '%s\\n' \"$1\" >> " << Dir() << "/hosts.log\n"
+                          << "printf '%s\\n' \"$*\" >> " << Dir() << "/argv.log\n"
+                          << "host=$1; shift\n"
+                          << "exec env -i PATH=\"$PATH\" FAKE_HOST=\"$host\" bash -c \"$*\"\n";
+    fs::permissions(agent_, fs::perms::owner_all);
+  }
+
+  // chorus launch --hosts HOSTS --rsh AGENT --store-host 127.0.0.1 ARGS...
+  std::vector<std::string> Args(const std::string& hosts, std::vector<std::string> args) const {
+    std::vector<std::string> all = {"--hosts", hosts, "--rsh", agent_, "--store-host", "127.0.0.1"};
+    all.insert(all.end(), args.begin(), args.end());
+    return all;
+  }
+
+  std::string Read(const std::string& name) const {
+    std::ifstream in(dir_ / name);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  std::string agent_;
+};
+
+// No secret in the launcher's environment: it makes one up (an empty value counts as unset).
+const std::vector<std::pair<std::string, std::string>> kNoSecret = {{"CHORUS_SECRET", ""},
+                                                                    {"CHORUS_SECRET_FILE", ""}};
+
+TEST_F(HostsTest, RanksFillTheSlotsOfEachHostInOrder) {
+  Outcome r = Launch(Args("a:2,b:1,c:3", {"-n", "5", "sh", "-c",
+                                          "echo $FAKE_HOST $CHORUS_RANK/$CHORUS_WORLD_SIZE "
+                                          "$CHORUS_LOCAL_RANK/$CHORUS_LOCAL_WORLD_SIZE"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out),
+              UnorderedElementsAreArray({"[0] a 0/5 0/2", "[1] a 1/5 1/2", "[2] b 2/5 0/1",
+                                         "[3] c 3/5 0/2", "[4] c 4/5 1/2"}));
+  // Rank 5 would have been c's third slot; the agent was asked for each host once per rank.
+  EXPECT_THAT(Lines(Read("hosts.log")), UnorderedElementsAreArray({"a", "a", "b", "c", "c"}));
+}
+
+TEST_F(HostsTest, RankCountDefaultsToEverySlot) {
+  Outcome r = Launch(Args("a:2,b", {"sh", "-c", "echo $FAKE_HOST $CHORUS_WORLD_SIZE"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), UnorderedElementsAreArray({"[0] a 3", "[1] a 3", "[2] b 3"}));
+}
+
+TEST_F(HostsTest, ArgumentsReachTheRankIntactThroughTheRemoteShell) {
+  // The agent's shell parses the words again: quotes, spaces, $, globs and empty words must
+  // survive it, and must not be expanded there.
+  Outcome r = Launch(Args("a", {"sh", "-c", "printf '<%s>' \"$@\"; echo", "sh", "two words", "it's",
+                                "$HOME", "*", "", "a\"b", "back\\slash", "~"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] <two words><it's><$HOME><*><><a\"b><back\\slash><~>\n");
+}
+
+TEST_F(HostsTest, RemoteRanksGetTheGeneratedSecretOnStdinNotInAnyArgv) {
+  std::string script = R"(echo "$CHORUS_RANK $CHORUS_SECRET ${CHORUS_SECRET_FILE-unset}"; cat)";
+  Outcome r = Launch(Args("a:2,b:1", {"sh", "-c", script}), kNoSecret);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;  // `cat` found nothing more on stdin
+  std::set<std::string> secrets;
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string tag, rank, secret, file;
+    in >> tag >> rank >> secret >> file;
+    EXPECT_EQ(tag, "[" + rank + "]");
+    EXPECT_EQ(secret.size(), 64u) << line;
+    EXPECT_EQ(secret.find_first_not_of("0123456789abcdef"), std::string::npos) << line;
+    EXPECT_EQ(file, "") << "an empty CHORUS_SECRET_FILE is passed on as it is";
+    secrets.insert(secret);
+  }
+  ASSERT_EQ(secrets.size(), 1u) << "every rank gets the same secret";
+  EXPECT_THAT(Read("argv.log"), Not(HasSubstr(*secrets.begin())));
+  // A second job gets a secret of its own.
+  Outcome again = Launch(Args("a", {"sh", "-c", "echo $CHORUS_SECRET"}), kNoSecret);
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_EQ(again.out.size(), std::string("[0] \n").size() + 64);
+  EXPECT_THAT(again.out, Not(HasSubstr(*secrets.begin())));
+}
+
+TEST_F(HostsTest, SecretFromTheEnvironmentGoesOnStdinToo) {
+  Outcome r = Launch(Args("a,b", {"sh", "-c", "echo \"$CHORUS_SECRET\""}),
+                     {{"CHORUS_SECRET", "not so secret"}, {"CHORUS_SECRET_FILE", ""}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), UnorderedElementsAreArray({"[0] not so secret", "[1] not so secret"}));
+  EXPECT_THAT(Read("argv.log"), Not(HasSubstr("not so secret")));
+}
+
+TEST_F(HostsTest, SecretFileIsPassedByPathOnly) {
+  fs::path file = dir_ / "secret";
+  std::ofstream(file) << "from a file\n";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  Outcome r =
+      Launch(Args("a,b", {"sh", "-c", "echo \"${CHORUS_SECRET-unset} $CHORUS_SECRET_FILE\"; cat"}),
+             {{"CHORUS_SECRET", ""}, {"CHORUS_SECRET_FILE", file.string()}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), UnorderedElementsAreArray(
+                                {"[0] unset " + file.string(), "[1] unset " + file.string()}));
+}
+
+TEST_F(HostsTest, OnlyChorusVariablesAndExportsReachRemoteRanks) {
+  Outcome r =
+      Launch(Args("a", {"-x", "PICKED", "-x", "SET=here", "-x", "CHORUS_FOO=override", "sh", "-c",
+                        "echo ${CHORUS_FOO-} ${CHORUS_BAR-} ${PICKED-} ${SET-} "
+                        "${UNRELATED-none} ${CHORUS_JOB_ID:+job}"}),
+             {{"CHORUS_FOO", "foo"},
+              {"CHORUS_BAR", "bar"},
+              {"PICKED", "picked"},
+              {"UNRELATED", "left behind"},
+              {"CHORUS_RANK", "99"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] override bar picked here none job\n");
+}
+
+TEST_F(LaunchTest, ExportsAlsoApplyToLocalRanks) {
+  Outcome r =
+      Launch({"-n", "2", "-x", "SHADOWED=new", "-x", "KEPT", "sh", "-c", "echo $SHADOWED $KEPT"},
+             {{"SHADOWED", "old"}, {"KEPT", "kept"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), UnorderedElementsAreArray({"[0] new kept", "[1] new kept"}));
+}
+
+TEST_F(LaunchTest, LocalRanksGetTheGeneratedSecretInTheirEnvironment) {
+  Outcome r = Launch({"-n", "2", "sh", "-c", "echo $CHORUS_SECRET"}, kNoSecret);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].substr(4), lines[1].substr(4));
+  EXPECT_EQ(lines[0].size(), 4u + 64u);
+  Outcome own =
+      Launch({"-n", "1", "sh", "-c", "echo \"$CHORUS_SECRET\""}, {{"CHORUS_SECRET", "mine"}});
+  EXPECT_EQ(own.out, "[0] mine\n");
+}
+
+TEST_F(LaunchTest, SecretFileThatOthersMayReadIsRefused) {
+  fs::path file = dir_ / "secret";
+  std::ofstream(file) << "s3cret\n";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                            fs::perms::others_read);
+  Outcome r = Launch({"-n", "1", "true"}, {{"CHORUS_SECRET", ""}, {"CHORUS_SECRET_FILE", file}});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("chmod 600"));
+  Outcome missing =
+      Launch({"-n", "1", "true"}, {{"CHORUS_SECRET", ""}, {"CHORUS_SECRET_FILE", Dir() + "/none"}});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("/none"));
+}
+
+TEST_F(HostsTest, FailureOnOneHostStopsTheRanksOnTheOthers) {
+  Outcome r = Launch(Args("a:2,b:2", {"sh", "-c", "[ $CHORUS_RANK = 3 ] && exit 5; sleep 30"}));
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_THAT(r.err, HasSubstr("rank 3 exited with status 5; stopping the other 3 ranks"));
+  EXPECT_LT(r.seconds, kPromptSeconds);
+}
+
+TEST_F(HostsTest, RankKilledBySignalIsReportedThroughAnExecingAgent) {
+  Outcome r = Launch(Args("a,b", {"sh", "-c", "[ $CHORUS_RANK = 1 ] && kill -9 $$; sleep 30"}));
+  EXPECT_EQ(r.exit_code, 128 + 9);
+  EXPECT_THAT(r.err, HasSubstr("rank 1 was killed by signal 9 (Killed); stopping the other 1"));
+  EXPECT_LT(r.seconds, kPromptSeconds);
+}
+
+TEST_F(HostsTest, SignalsReachTheRanksOnEveryHost) {
+  Launcher launcher(Args("a:2,b:1", {"sh", "-c",
+                                     "trap 'echo got TERM on $FAKE_HOST; exit 7' TERM; echo ready;"
+                                     " sleep 30 & wait $!"}));
+  ASSERT_TRUE(launcher.ReadUntil(
+      [](const std::string& out, const std::string&) { return Count(out, "ready\n") == 3; }));
+  launcher.Signal(SIGTERM);
+  Outcome r = launcher.Finish();
+  EXPECT_EQ(r.exit_code, 7);
+  EXPECT_THAT(r.err, HasSubstr("received SIGTERM; forwarding it to 3 ranks"));
+  EXPECT_EQ(Count(r.out, "got TERM on a\n"), 2u) << r.out;
+  EXPECT_EQ(Count(r.out, "got TERM on b\n"), 1u) << r.out;
+  EXPECT_LT(r.seconds, kPromptSeconds);
+}
+
+TEST_F(HostsTest, ProgMissingOnTheHostExits127) {
+  Outcome r = Launch(Args("a", {"chorus-no-such-program"}));
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.err, HasSubstr("chorus-no-such-program"));
+}
+
+TEST_F(LaunchTest, AgentNotFoundExits127) {
+  Outcome r = Launch(
+      {"--hosts", "a", "--rsh", "chorus-no-such-agent -p 22", "--store-host", "127.0.0.1", "true"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.err, HasSubstr("chorus-no-such-agent: command not found"));
+}
+
+TEST_F(HostsTest, AgentWordsAreSplitAtSpaces) {
+  // As one word, "bash /path/fake-rsh" would not be found.
+  Outcome r = Launch({"--hosts", "a", "--rsh", "bash " + agent_, "--store-host", "127.0.0.1", "sh",
+                      "-c", "echo $FAKE_HOST"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[0] a\n");
+}
+
+TEST_F(HostsTest, StoreBindsTheGivenAddressOrInterface) {
+  Outcome by_name = Launch(
+      {"--hosts", "a", "--rsh", agent_, "--store-host", "lo", "sh", "-c", "echo $CHORUS_STORE"});
+  EXPECT_EQ(by_name.exit_code, 0) << by_name.err;
+  EXPECT_THAT(by_name.out, HasSubstr("[0] tcp://127.0.0.1:"));
+  Outcome local =
+      Launch({"-n", "1", "--store-host", "127.0.0.1", "sh", "-c", "echo $CHORUS_STORE"});
+  EXPECT_THAT(local.out, HasSubstr("[0] tcp://127.0.0.1:"));
+}
+
+TEST_F(LaunchTest, BadHostsAndStoreHostsAreRejected) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--hosts", "a:2,b:2", "-n", "5"}, "-n 5 is more than the 4 slots of --hosts"},
+      {{"--hosts", "a:0"}, "the slot count must be an integer in [1, 1024]"},
+      {{"--hosts", "a:x"}, "the slot count must be an integer"},
+      {{"--hosts", "a:"}, "the slot count must be an integer"},
+      {{"--hosts", ":2"}, "is not HOST or HOST:SLOTS"},
+      {{"--hosts", "a,,b"}, "is not HOST or HOST:SLOTS"},
+      {{"--hosts", "-oProxyCommand=x"}, "is not HOST or HOST:SLOTS"},
+      {{"--hosts", "a b"}, "is not HOST or HOST:SLOTS"},
+      {{"--hosts", "a;reboot"}, "is not HOST or HOST:SLOTS"},
+      {{"--hosts", "a:1,b,a:2"}, "a is listed twice"},
+      {{"-n", "2", "--rsh", "ssh"}, "--rsh needs --hosts"},
+      {{"--hosts", "a", "--rsh", " "}, "--rsh is empty"},
+      {{"--hosts", "a", "--store-host", "0.0.0.0"}, "the ranks need one address to dial"},
+      {{"--hosts", "a", "--store-host", "no-such-if0"}, "not an IPv4 address, nor an interface"},
+      {{"-n", "1", "-x", "1BAD"}, "-x 1BAD: want NAME or NAME=VALUE"},
+      {{"-n", "1", "-x", "CHORUS_RANK=3"}, "-x CHORUS_RANK: the launcher sets it"},
+      {{"-n", "1", "-x", "CHORUS_SECRET=x"}, "-x CHORUS_SECRET: an argv would show it"},
+      {{"-n", "1", "-x", "CHORUS_TEST_SURELY_UNSET"}, "not set here"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::vector<std::string> all = args;
+    all.push_back("true");
+    Outcome r = Launch(all);
+    EXPECT_EQ(r.exit_code, 2) << all[1] << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(message)) << all[1];
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 }  // namespace

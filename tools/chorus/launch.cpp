@@ -1,15 +1,47 @@
-// `chorus launch`: a one-host torchrun / mpirun. It serves a TcpStoreServer for the job, starts
-// N ranks of one program, prefixes their output with the rank, forwards SIGINT/SIGTERM/SIGHUP
-// to them, and stops the whole job as soon as one rank fails.
+// `chorus launch`: a small torchrun / mpirun. It serves a TcpStoreServer for the job, starts
+// N ranks of one program on this host or, through an rsh agent (ssh), on other hosts, prefixes
+// their output with the rank, forwards SIGINT/SIGTERM/SIGHUP to them, and stops the whole job as
+// soon as one rank fails.
 //
 //   chorus launch -n 4 -- ./train --epochs 3
 //   chorus launch -n 2 --timeout-ms 60000 sh -c 'echo "rank $CHORUS_RANK of $CHORUS_WORLD_SIZE"'
+//   chorus launch --hosts node1:2,node2:2 --store-host eth0 -- /shared/train --epochs 3
 //
 // Every rank r of N gets:
-//   CHORUS_RANK=r  CHORUS_LOCAL_RANK=r  CHORUS_WORLD_SIZE=N  CHORUS_LOCAL_WORLD_SIZE=N
-//   CHORUS_STORE=tcp://127.0.0.1:PORT   (served by the launcher while the job runs)
+//   CHORUS_RANK=r  CHORUS_WORLD_SIZE=N
+//   CHORUS_LOCAL_RANK, CHORUS_LOCAL_WORLD_SIZE   its index among the ranks of its host, and how
+//                                                many there are (r and N on one host)
+//   CHORUS_STORE=tcp://ADDR:PORT   (served by the launcher while the job runs)
 //   CHORUS_LAUNCHER=1  CHORUS_JOB_ID=<16 random hex digits, the same for every rank>
+//   CHORUS_SECRET=<64 random hex digits> when the launcher's environment has neither
+//     CHORUS_SECRET nor CHORUS_SECRET_FILE (otherwise the ranks use those, as the store does)
 // and /dev/null as stdin: N ranks cannot share one terminal's input.
+//
+// Secret: every connection to the store and between ranks proves the job's secret. The launcher
+// makes one up unless CHORUS_SECRET (which wins) or CHORUS_SECRET_FILE is set, and serves the
+// store with the same text the ranks derive their key from (the file's text minus one trailing
+// newline, as CommOptionsFromEnvironment reads it).
+//
+// Hosts (--hosts NAME[:SLOTS],...): ranks fill the hosts' slots in order (node1:2,node2:2 puts
+// ranks 0-1 on node1 and 2-3 on node2); -n defaults to the number of slots and may be smaller.
+// Rank r on HOST is started as the argv
+//   AGENT... HOST sh -c 'IFS= read -r CHORUS_SECRET ...; exec "$@" </dev/null' chorus-rank
+//       env CHORUS_*=... [-x NAME=VALUE...] PROG ARGS...
+// where AGENT is --rsh split at spaces (default "ssh", like mpirun's plm_rsh_agent). The agent
+// must behave as ssh does: join the words after HOST with spaces and have a POSIX shell on HOST
+// run them, so every word is shell-quoted here. The secret travels on the agent's stdin, never
+// in an argv that `ps` would show on either host (the launcher writes one line and closes the
+// pipe; the rank's own stdin is /dev/null again); with CHORUS_SECRET_FILE, the ranks get only
+// its path, which must then exist on every host. The remote environment is what the agent
+// gives (ssh: a fresh login) plus the rank variables, every CHORUS_* variable of the launcher's
+// environment and each -x NAME[=VALUE]. The store binds --store-host (an IPv4 address or an
+// interface name; default: this host's first non-loopback IPv4 interface that is up, the same
+// rule the TCP transport uses to listen) and every rank must reach it.
+// Through the agent the launcher sees the agent, not the rank: output, the first failure and
+// exit statuses come through whatever the agent passes on. ssh passes output and the exit code
+// (a rank killed by a signal shows as status 255), but neither signals nor the launcher's end:
+// a rank stopped that way notices only when its connections to the store and its peers break.
+// An agent that execs its way to the command (tests/netns/netns-rsh) passes everything.
 //
 // Output: each line a rank writes comes out whole as "[r] line" on the launcher's stream of the
 // same name (a last line without '\n' gets one). The launcher is the only writer of its stdout
@@ -27,10 +59,16 @@
 // gets SIGKILL. The launcher does not wait for such leftovers: it is done when its ranks are.
 //
 // Exit status: 0 when every rank exits 0; otherwise that of the first rank that failed (its exit
-// code, or 128 + signal); 124 after --timeout-ms; 128 + signal when a forwarded signal left ranks
-// that had to be killed; 127 / 126 when PROG is not found / not executable (as in a shell);
-// 2 for bad arguments; 1 when the launcher itself cannot start the job.
+// code, or 128 + signal; a rank killed by a signal within 100 ms after a rank's failing exit code
+// counts as first: peers that notice a crash can exit before the crashed process is seen gone); 124
+// after --timeout-ms; 128 + signal when a forwarded signal left ranks that had to be killed; 127 /
+// 126 when PROG (with --hosts: AGENT) is not found / not executable (as in a shell); 2 for bad
+// arguments; 1 when the launcher itself cannot start the job.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -42,13 +80,18 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -56,6 +99,7 @@
 
 #include "chorus/store.h"
 #include "commands.h"
+#include "rendezvous/auth.h"
 
 extern char** environ;  // NOLINT: the ranks inherit the launcher's environment
 
@@ -70,6 +114,9 @@ constexpr int kExitTimeout = 124;
 constexpr int kExitNotExecutable = 126;
 constexpr int kExitNotFound = 127;
 constexpr int kMaxRanks = 1024;
+// How long a rank's failing exit code waits for a death by signal to be seen and take its place
+// as the job's first failure (see Supervisor::OnRankExit).
+constexpr auto kSettle = std::chrono::milliseconds(100);
 constexpr size_t kReadChunk = 64 * 1024;
 // A rank that never writes '\n' must not make the launcher buffer without bound: a longer line
 // is cut into pieces of this size, each printed as a line of its own.
@@ -82,11 +129,21 @@ constexpr std::array<const char*, 7> kRankVariables = {
     "CHORUS_RANK",  "CHORUS_WORLD_SIZE", "CHORUS_LOCAL_RANK", "CHORUS_LOCAL_WORLD_SIZE",
     "CHORUS_STORE", "CHORUS_LAUNCHER",   "CHORUS_JOB_ID"};
 
+// What a rank started through the agent sees before its command: it takes the secret from the
+// first line of its stdin (so that no argv shows it) and gives the command /dev/null instead.
+constexpr char kReadSecretScript[] =
+    "IFS= read -r CHORUS_SECRET || { echo \"chorus launch: no secret on stdin\" >&2; exit 1; }; "
+    "export CHORUS_SECRET; exec \"$@\" </dev/null";
+
 struct LaunchFlags {
-  int ranks = 0;
+  int ranks = 0;           // 0 with --hosts: one rank per slot
   int64_t timeout_ms = 0;  // 0: no deadline
   int64_t grace_ms = 2000;
   bool no_prefix = false;
+  std::string hosts;                          // "node1:2,node2:2"; empty: every rank on this host
+  std::string rsh;                            // the agent that starts a rank on a host; empty: ssh
+  std::string store_host;                     // address or interface the store binds
+  std::vector<std::string> exports;           // -x NAME[=VALUE]
   std::vector<std::string> prog_placeholder;  // see AddLaunchCommand
 };
 
@@ -248,6 +305,206 @@ Result<std::string> MakeJobId() {
   return id;
 }
 
+// ------------------------------------------------------------------ hosts, store, secret
+
+struct HostSlots {
+  std::string name;
+  int slots = 1;
+};
+
+// "node1:2,node2,node3:4" -> {node1, 2}, {node2, 1}, {node3, 4}.
+Result<std::vector<HostSlots>> ParseHosts(std::string_view text) {
+  std::vector<HostSlots> hosts;
+  std::set<std::string, std::less<>> seen;
+  while (true) {
+    size_t comma = text.find(',');
+    std::string_view entry = text.substr(0, comma);
+    HostSlots host;
+    size_t colon = entry.rfind(':');
+    host.name = std::string(entry.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      std::string count(entry.substr(colon + 1));
+      char* end = nullptr;
+      errno = 0;
+      long slots = std::strtol(count.c_str(), &end, 10);
+      if (count.empty() || *end != '\0' || errno != 0 || slots < 1 || slots > kMaxRanks) {
+        return InvalidArgument("--hosts: \"" + std::string(entry) +
+                               "\": the slot count must be an integer in [1, " +
+                               std::to_string(kMaxRanks) + "]");
+      }
+      host.slots = static_cast<int>(slots);
+    }
+    // The name becomes an argument of the agent: one that looks like an option would be taken
+    // for one.
+    if (host.name.empty() || host.name[0] == '-' ||
+        host.name.find_first_of(" \t\n\r\"'\\;&|<>()$`*?[]{}~#") != std::string::npos) {
+      return InvalidArgument("--hosts: \"" + std::string(entry) +
+                             "\" is not HOST or HOST:SLOTS with a plain host name");
+    }
+    if (!seen.insert(host.name).second) {
+      return InvalidArgument("--hosts: " + host.name + " is listed twice");
+    }
+    hosts.push_back(std::move(host));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return hosts;
+}
+
+// Where rank r runs: host index into the --hosts list (-1: this host, no agent).
+struct Placement {
+  int host = -1;
+  int local_rank = 0;
+  int local_size = 0;
+};
+
+// Fills the hosts' slots in order; without hosts every rank is local.
+std::vector<Placement> PlaceRanks(const std::vector<HostSlots>& hosts, int ranks) {
+  std::vector<Placement> placement;
+  if (hosts.empty()) {
+    for (int r = 0; r < ranks; ++r) placement.push_back({-1, r, ranks});
+    return placement;
+  }
+  for (size_t h = 0; h < hosts.size() && static_cast<int>(placement.size()) < ranks; ++h) {
+    const int here = std::min(hosts[h].slots, ranks - static_cast<int>(placement.size()));
+    for (int local = 0; local < here; ++local) {
+      placement.push_back({static_cast<int>(h), local, here});
+    }
+  }
+  return placement;
+}
+
+// The IPv4 address the store binds and the ranks dial: --store-host as an address or the name
+// of an interface; without it, loopback for a one-host job, else the first non-loopback IPv4
+// interface that is up. Names are never looked up in DNS: the store must be on this host.
+Result<std::string> StoreAddress(const std::string& flag, bool multi_host) {
+  if (flag.empty() && !multi_host) return std::string("127.0.0.1");
+  in_addr parsed{};
+  if (!flag.empty() && ::inet_pton(AF_INET, flag.c_str(), &parsed) == 1) {
+    if (parsed.s_addr == htonl(INADDR_ANY)) {
+      return InvalidArgument(
+          "--store-host 0.0.0.0: the ranks need one address to dial; name "
+          "the interface they reach this host on");
+    }
+    return flag;
+  }
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return Unavailable("getifaddrs: " + ErrnoText(errno));
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owner(list, ::freeifaddrs);
+  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
+    if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) continue;
+    if (flag.empty() ? ((ifa->ifa_flags & IFF_UP) == 0 || (ifa->ifa_flags & IFF_LOOPBACK) != 0)
+                     : flag != ifa->ifa_name) {
+      continue;
+    }
+    sockaddr_in addr{};
+    std::memcpy(&addr, ifa->ifa_addr, sizeof(addr));
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
+    return std::string(text);
+  }
+  if (flag.empty()) {
+    return Unavailable(
+        "no IPv4 interface other than loopback is up for the store; name one "
+        "with --store-host");
+  }
+  return InvalidArgument("--store-host " + flag +
+                         ": not an IPv4 address, nor an interface of this host with one");
+}
+
+struct JobSecret {
+  std::string text;        // what the store and the ranks derive the key from
+  bool generated = false;  // made up here: the launcher must hand it to the ranks
+};
+
+std::optional<std::string> NonEmptyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+// The job's secret, decided as the ranks' CommOptionsFromEnvironment will: CHORUS_SECRET, else
+// the text of CHORUS_SECRET_FILE minus one trailing newline (refused if others may read it),
+// else a fresh one.
+Result<JobSecret> DecideSecret() {
+  if (std::optional<std::string> text = NonEmptyEnv("CHORUS_SECRET")) return JobSecret{*text};
+  if (std::optional<std::string> path = NonEmptyEnv("CHORUS_SECRET_FILE")) {
+    Result<internal::Secret> checked = internal::Secret::FromFile(*path);
+    if (!checked.ok()) return checked.status();
+    std::ifstream in(*path, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.eof() && in.fail()) return Unavailable("cannot read secret file " + *path);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return JobSecret{std::move(text)};
+  }
+  return JobSecret{internal::Secret::Generate(), true};
+}
+
+// `word` as a POSIX shell reads it back: bare when it has nothing special, else single-quoted.
+std::string ShellQuote(std::string_view word) {
+  constexpr std::string_view kPlain =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,/:@%";
+  if (!word.empty() && word.find_first_not_of(kPlain) == std::string_view::npos) {
+    return std::string(word);
+  }
+  std::string quoted = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+// "ssh -p 2222" -> {"ssh", "-p", "2222"}.
+std::vector<std::string> SplitWords(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+bool IsVariableName(std::string_view name) {
+  if (name.empty() || (std::isdigit(static_cast<unsigned char>(name[0])) != 0)) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  });
+}
+
+bool IsRankVariable(std::string_view name) {
+  return std::find(kRankVariables.begin(), kRankVariables.end(), name) != kRankVariables.end();
+}
+
+// -x NAME=VALUE stays; -x NAME takes the launcher's value. Errors name the flag.
+Result<std::vector<std::string>> ResolveExports(const std::vector<std::string>& exports) {
+  std::vector<std::string> resolved;
+  for (const std::string& entry : exports) {
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (!IsVariableName(name)) {
+      return InvalidArgument("-x " + entry + ": want NAME or NAME=VALUE");
+    }
+    if (IsRankVariable(name)) {
+      return InvalidArgument("-x " + name + ": the launcher sets it for every rank");
+    }
+    if (name == "CHORUS_SECRET") {
+      return InvalidArgument(
+          "-x CHORUS_SECRET: an argv would show it; set it in the "
+          "launcher's environment, which hands it to the ranks privately");
+    }
+    if (eq != std::string::npos) {
+      resolved.push_back(entry);
+      continue;
+    }
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return InvalidArgument("-x " + name + ": not set here");
+    resolved.push_back(name + "=" + value);
+  }
+  return resolved;
+}
+
 // ------------------------------------------------------------------ output
 
 // Cuts a byte stream into lines and renders each one whole behind a prefix.
@@ -345,11 +602,7 @@ struct Child {
 // Everything a forked child needs, prepared before fork(): the launcher has threads (the store
 // server), so between fork() and exec the child may only make async-signal-safe calls.
 struct ExecPlan {
-  std::string path;
-  std::vector<std::string> args;  // argv as given, argv[0] = PROG
-  std::vector<char*> argv;
-  std::vector<std::string> sh_args;  // "/bin/sh path args...", for scripts without a #! line
-  std::vector<char*> sh_argv;
+  std::string path;  // PROG, or with --hosts the agent
   // The launcher's environment minus the CHORUS_* rank variables.
   std::vector<std::string> base_env;
   sigset_t original_mask{};
@@ -377,20 +630,39 @@ std::vector<std::string> BaseEnvironment() {
   return env;
 }
 
+// How one rank is started: its argv (argv[0] as given) and what it gets on top of the launcher's
+// environment; `stdin_line`, when not empty, is all its stdin holds (else /dev/null).
+struct RankCommand {
+  std::vector<std::string> args;
+  std::vector<std::string> env;  // NAME=VALUE, replacing the launcher's values of NAME
+  std::string stdin_line;
+};
+
+// The argv and envp of a rank, prepared before fork().
+struct ExecArgs {
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+  std::vector<std::string> sh_args;  // "/bin/sh path args...", for scripts without a #! line
+  std::vector<char*> sh_argv;
+  std::vector<std::string> env;
+  std::vector<char*> envp;
+};
+
 // Child side of fork(); never returns.
-[[noreturn]] void ExecRank(const ExecPlan& plan, char* const* envp, int out_fd, int err_fd) {
+[[noreturn]] void ExecRank(const ExecPlan& plan, const ExecArgs& exec, int in_fd, int out_fd,
+                           int err_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork() and prctl(); then nobody would kill this rank.
   if (::getppid() != plan.launcher) ::_exit(kExitLauncherFailed);
-  ::dup2(plan.dev_null, STDIN_FILENO);
+  ::dup2(in_fd, STDIN_FILENO);
   ::dup2(out_fd, STDOUT_FILENO);
   ::dup2(err_fd, STDERR_FILENO);
   // A blocked signal mask and an ignored SIGPIPE would both survive exec: undo the launcher's.
   ::sigaction(SIGPIPE, &plan.original_sigpipe, nullptr);
   ::sigprocmask(SIG_SETMASK, &plan.original_mask, nullptr);
-  ::execve(plan.path.c_str(), plan.argv.data(), envp);
-  if (errno == ENOEXEC) ::execve("/bin/sh", plan.sh_argv.data(), envp);
+  ::execve(plan.path.c_str(), exec.argv.data(), exec.envp.data());
+  if (errno == ENOEXEC) ::execve("/bin/sh", exec.sh_argv.data(), exec.envp.data());
   int err = errno;
   // strerror() may lock (translations); strerrorname_np() reads a constant table.
   const char* parts[] = {"chorus launch: cannot execute ", plan.path.c_str(), ": ",
@@ -424,19 +696,55 @@ Result<Pipe> MakePipe() {
   return pipe;
 }
 
-Status SpawnRank(const ExecPlan& plan, const std::vector<std::string>& rank_env, bool prefix,
-                 Child& child) {
+ExecArgs PrepareExec(const ExecPlan& plan, const RankCommand& command) {
+  ExecArgs exec;
+  exec.args = command.args;
+  exec.argv = PointersTo(exec.args);
+  exec.sh_args = {"/bin/sh", plan.path};
+  exec.sh_args.insert(exec.sh_args.end(), command.args.begin() + 1, command.args.end());
+  exec.sh_argv = PointersTo(exec.sh_args);
+  std::set<std::string_view> replaced;
+  for (const std::string& kv : command.env)
+    replaced.insert(std::string_view(kv).substr(0, kv.find('=')));
+  for (const std::string& kv : plan.base_env) {
+    if (replaced.count(std::string_view(kv).substr(0, kv.find('='))) == 0) exec.env.push_back(kv);
+  }
+  exec.env.insert(exec.env.end(), command.env.begin(), command.env.end());
+  exec.envp = PointersTo(exec.env);
+  return exec;
+}
+
+// A pipe that holds `line` and then reports end of file; the read end is returned.
+Result<UniqueFd> PipeHolding(const std::string& line) {
+  // Written before the rank starts, so it must fit in the pipe: 4 KiB always does.
+  if (line.size() > 4096) return Unavailable("the secret is too long to pass on stdin (> 4 KiB)");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Unavailable("pipe: " + ErrnoText(errno));
+  UniqueFd read_end(fds[0]);
+  UniqueFd write_end(fds[1]);
+  if (::write(write_end.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    return Unavailable("cannot write the rank's stdin: " + ErrnoText(errno));
+  }
+  return read_end;
+}
+
+Status SpawnRank(const ExecPlan& plan, const RankCommand& command, bool prefix, Child& child) {
   Result<Pipe> out = MakePipe();
   if (!out.ok()) return out.status();
   Result<Pipe> err = MakePipe();
   if (!err.ok()) return err.status();
-  std::vector<std::string> env = plan.base_env;
-  env.insert(env.end(), rank_env.begin(), rank_env.end());
-  std::vector<char*> envp = PointersTo(env);
+  UniqueFd stdin_pipe;
+  if (!command.stdin_line.empty()) {
+    Result<UniqueFd> in = PipeHolding(command.stdin_line);
+    if (!in.ok()) return in.status();
+    stdin_pipe = std::move(*in);
+  }
+  const int in_fd = stdin_pipe.valid() ? stdin_pipe.get() : plan.dev_null;
+  const ExecArgs exec = PrepareExec(plan, command);
 
   pid_t pid = ::fork();
   if (pid < 0) return Unavailable("fork: " + ErrnoText(errno));
-  if (pid == 0) ExecRank(plan, envp.data(), out->write_end.get(), err->write_end.get());
+  if (pid == 0) ExecRank(plan, exec, in_fd, out->write_end.get(), err->write_end.get());
   // Also set the group from this side: whichever of the two runs first, the group exists before
   // the launcher could signal it.
   ::setpgid(pid, pid);
@@ -491,6 +799,7 @@ class Supervisor {
       if (fds[0].revents != 0) OnSignals();
       OnDeadlines();
     }
+    CommitPendingFailure();  // every rank exited within kSettle of the first failure
     if (stopping_) {
       // A stopped job takes along whatever its ranks left behind; a job that succeeded leaves
       // such processes alone (someone may want them).
@@ -515,7 +824,9 @@ class Supervisor {
 
   int PollTimeoutMs() const {
     std::optional<Clock::time_point> next;
-    for (const auto& deadline : {job_deadline_, kill_deadline_}) {
+    std::optional<Clock::time_point> settle;
+    if (pending_failure_) settle = pending_failure_->until;
+    for (const auto& deadline : {job_deadline_, kill_deadline_, settle}) {
       if (deadline && (!next || *deadline < *next)) next = deadline;
     }
     if (!next) return -1;
@@ -544,15 +855,22 @@ class Supervisor {
     if (!kill_deadline_) StartGracePeriod();
   }
 
+  // Ranks found exited together are handled deaths by signal first: which of them ended first
+  // is lost, and a rank that crashed is far more likely the cause of the others' failing exits
+  // (peers report the crash and exit) than their consequence.
   void ObserveExits() {
+    std::vector<std::pair<Child*, RankExit>> exited;
     for (Child& child : children_) {
       if (!child.running) continue;
       siginfo_t info{};
       int rc = ::waitid(P_PID, static_cast<id_t>(child.pid), &info, WEXITED | WNOHANG | WNOWAIT);
       if (rc != 0 || info.si_pid != child.pid) continue;
       child.running = false;
-      OnRankExit(child, RankExit(info));
+      exited.emplace_back(&child, RankExit(info));
     }
+    std::stable_partition(exited.begin(), exited.end(),
+                          [](const auto& e) { return e.second.by_signal; });
+    for (const auto& [child, how] : exited) OnRankExit(*child, how);
   }
 
   void OnRankExit(Child& child, const RankExit& how) {
@@ -560,6 +878,26 @@ class Supervisor {
     child.out->Pump(kDrainLimit);
     child.err->Pump(kDrainLimit);
     if (how.ok() || child.killed_by_launcher || exit_status_) return;
+    // A rank that exits with an error may be reporting a peer that crashed, and the crashed
+    // rank's own exit can be seen later (tearing a large process down takes a while; its sockets
+    // close first). So a failing exit code waits kSettle for a death by signal to take its place.
+    if (!how.by_signal && !stopping_) {
+      if (!pending_failure_) pending_failure_.emplace(&child, how, Clock::now() + kSettle);
+      return;
+    }
+    pending_failure_.reset();
+    Fail(child, how);
+  }
+
+  void CommitPendingFailure() {
+    if (!pending_failure_) return;
+    PendingFailure pending = *pending_failure_;
+    pending_failure_.reset();
+    Fail(*pending.child, pending.how);
+  }
+
+  // `child` decides the job's exit status; the others are told to stop.
+  void Fail(const Child& child, const RankExit& how) {
     exit_status_ = how.ShellStatus();
     std::string what = how.Describe(child.rank);
     size_t others = RunningCount();
@@ -575,6 +913,7 @@ class Supervisor {
 
   void OnDeadlines() {
     Clock::time_point now = Clock::now();
+    if (pending_failure_ && now >= pending_failure_->until) CommitPendingFailure();
     if (job_deadline_ && now >= *job_deadline_) {
       job_deadline_.reset();
       if (!exit_status_) exit_status_ = kExitTimeout;
@@ -647,22 +986,80 @@ class Supervisor {
   bool stopping_ = false;  // the ranks were told to stop; later failures are consequences
   int received_signal_ = 0;
   std::optional<int> exit_status_;  // decided by the first failure (or the timeout)
+  struct PendingFailure {
+    PendingFailure(const Child* c, const RankExit& h, Clock::time_point u)
+        : child(c), how(h), until(u) {}
+    const Child* child;
+    RankExit how;
+    Clock::time_point until;
+  };
+  std::optional<PendingFailure> pending_failure_;  // a failing exit code, waiting out kSettle
 };
 
 // ------------------------------------------------------------------ the command
 
-std::optional<std::string> CheckFlags(const LaunchFlags& flags) {
-  if (flags.ranks < 1 || flags.ranks > kMaxRanks) {
+std::optional<std::string> CheckFlags(const LaunchFlags& flags, int ranks) {
+  if (ranks < 1 || ranks > kMaxRanks) {
     return "-n must be between 1 and " + std::to_string(kMaxRanks) + " (got " +
-           std::to_string(flags.ranks) + ")";
+           std::to_string(ranks) + ")";
   }
   if (flags.timeout_ms < 0) return "--timeout-ms must be >= 0 (0: no deadline)";
   if (flags.grace_ms < 0) return "--grace-ms must be >= 0";
+  if (flags.hosts.empty() && !flags.rsh.empty()) return "--rsh needs --hosts";
   return std::nullopt;
 }
 
+// The CHORUS_* variables of the launcher's environment that a remote rank gets on top of its
+// own: all but the rank variables, and the secret, which goes on stdin.
+std::vector<std::string> ForwardedVariables() {
+  std::vector<std::string> forwarded;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string_view kv(*entry);
+    std::string_view name = kv.substr(0, kv.find('='));
+    if (name.rfind("CHORUS_", 0) != 0 || IsRankVariable(name) || name == "CHORUS_SECRET") continue;
+    forwarded.emplace_back(kv);
+  }
+  return forwarded;
+}
+
+// Rank r through the agent: AGENT... HOST [sh -c READ-SECRET chorus-rank] env VARS... PROG ARGS,
+// every word after HOST quoted for the shell that runs it there.
+RankCommand RemoteCommand(const std::vector<std::string>& agent, const std::string& host,
+                          const std::vector<std::string>& env, const std::vector<std::string>& prog,
+                          const std::string* secret_on_stdin) {
+  std::vector<std::string> words;
+  if (secret_on_stdin != nullptr) words = {"sh", "-c", kReadSecretScript, "chorus-rank"};
+  words.emplace_back("env");
+  words.insert(words.end(), env.begin(), env.end());
+  words.insert(words.end(), prog.begin(), prog.end());
+  RankCommand command;
+  command.args = agent;
+  command.args.push_back(host);
+  for (const std::string& word : words) command.args.push_back(ShellQuote(word));
+  if (secret_on_stdin != nullptr) command.stdin_line = *secret_on_stdin + "\n";
+  return command;
+}
+
 int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
-  if (std::optional<std::string> problem = CheckFlags(flags)) {
+  std::vector<HostSlots> hosts;
+  int ranks = flags.ranks;
+  if (!flags.hosts.empty()) {
+    Result<std::vector<HostSlots>> parsed = ParseHosts(flags.hosts);
+    if (!parsed.ok()) {
+      Note(parsed.status().message());
+      return kExitUsage;
+    }
+    hosts = std::move(*parsed);
+    int64_t slots = 0;
+    for (const HostSlots& host : hosts) slots += host.slots;
+    if (ranks == 0) ranks = static_cast<int>(std::min<int64_t>(slots, kMaxRanks + 1));
+    if (ranks > slots) {
+      Note("-n " + std::to_string(ranks) + " is more than the " + std::to_string(slots) +
+           " slots of --hosts");
+      return kExitUsage;
+    }
+  }
+  if (std::optional<std::string> problem = CheckFlags(flags, ranks)) {
     Note(*problem);
     return kExitUsage;
   }
@@ -677,10 +1074,33 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
     Note("missing PROG: chorus launch -n N [options] [--] PROG [ARGS...]");
     return kExitUsage;
   }
-  Resolved program = ResolveProgram(command.front());
+  Result<std::vector<std::string>> exports = ResolveExports(flags.exports);
+  if (!exports.ok()) {
+    Note(exports.status().message());
+    return kExitUsage;
+  }
+  // PROG runs here, or on the hosts (where only they can find it) through the agent.
+  const bool remote = !hosts.empty();
+  const std::vector<std::string> agent = SplitWords(flags.rsh.empty() ? "ssh" : flags.rsh);
+  if (agent.empty()) {
+    Note("--rsh is empty");
+    return kExitUsage;
+  }
+  Resolved program = ResolveProgram(remote ? agent.front() : command.front());
   if (program.exit_code != 0) {
     Note(program.error);
     return program.exit_code;
+  }
+  Result<std::string> store_address = StoreAddress(flags.store_host, remote);
+  if (!store_address.ok()) {
+    Note(store_address.status().message());
+    return store_address.status().code() == StatusCode::kInvalidArgument ? kExitUsage
+                                                                         : kExitLauncherFailed;
+  }
+  Result<JobSecret> secret = DecideSecret();
+  if (!secret.ok()) {
+    Note(secret.status().message());
+    return kExitLauncherFailed;
   }
   EnsureStandardFdsOpen();
   Result<std::string> job_id = MakeJobId();
@@ -691,11 +1111,6 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
 
   ExecPlan plan;
   plan.path = program.path;
-  plan.args = command;
-  plan.argv = PointersTo(plan.args);
-  plan.sh_args = {"/bin/sh", program.path};
-  plan.sh_args.insert(plan.sh_args.end(), command.begin() + 1, command.end());
-  plan.sh_argv = PointersTo(plan.sh_args);
   plan.base_env = BaseEnvironment();
   plan.launcher = ::getpid();
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -724,27 +1139,45 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
   }
 
   Result<std::unique_ptr<TcpStoreServer>> server =
-      TcpStoreServer::Start({.host = "127.0.0.1", .port = 0});
+      TcpStoreServer::Start({.host = *store_address, .port = 0, .secret = secret->text});
   if (!server.ok()) {
     Note("cannot start the store server: " + server.status().ToString());
     return kExitLauncherFailed;
   }
   std::vector<std::string> shared_env = {
-      "CHORUS_WORLD_SIZE=" + std::to_string(flags.ranks),
-      "CHORUS_LOCAL_WORLD_SIZE=" + std::to_string(flags.ranks),
+      "CHORUS_WORLD_SIZE=" + std::to_string(ranks),
       "CHORUS_STORE=" + (*server)->url(),
       "CHORUS_LAUNCHER=1",
       "CHORUS_JOB_ID=" + *job_id,
   };
+  // A secret the ranks cannot find in their environment: local ranks get it there (only their
+  // user may read it), remote ones on stdin.
+  const std::string* secret_to_pass =
+      secret->generated || NonEmptyEnv("CHORUS_SECRET") ? &secret->text : nullptr;
+  const std::vector<std::string> forwarded =
+      remote ? ForwardedVariables() : std::vector<std::string>{};
 
-  std::vector<Child> children(static_cast<size_t>(flags.ranks));
-  for (int rank = 0; rank < flags.ranks; ++rank) {
+  const std::vector<Placement> placement = PlaceRanks(hosts, ranks);
+  std::vector<Child> children(static_cast<size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    const Placement& where = placement[static_cast<size_t>(rank)];
     Child& child = children[static_cast<size_t>(rank)];
     child.rank = rank;
-    std::vector<std::string> rank_env = shared_env;
+    std::vector<std::string> rank_env = remote ? forwarded : std::vector<std::string>{};
+    rank_env.insert(rank_env.end(), exports->begin(), exports->end());
+    rank_env.insert(rank_env.end(), shared_env.begin(), shared_env.end());
     rank_env.push_back("CHORUS_RANK=" + std::to_string(rank));
-    rank_env.push_back("CHORUS_LOCAL_RANK=" + std::to_string(rank));
-    Status spawned = SpawnRank(plan, rank_env, !flags.no_prefix, child);
+    rank_env.push_back("CHORUS_LOCAL_RANK=" + std::to_string(where.local_rank));
+    rank_env.push_back("CHORUS_LOCAL_WORLD_SIZE=" + std::to_string(where.local_size));
+    RankCommand rank_command;
+    if (remote) {
+      rank_command = RemoteCommand(agent, hosts[static_cast<size_t>(where.host)].name, rank_env,
+                                   command, secret_to_pass);
+    } else {
+      if (secret->generated) rank_env.push_back("CHORUS_SECRET=" + secret->text);
+      rank_command = {.args = command, .env = std::move(rank_env)};
+    }
+    Status spawned = SpawnRank(plan, rank_command, !flags.no_prefix, child);
     if (!spawned.ok()) {
       Note("cannot start rank " + std::to_string(rank) + ": " + spawned.message() +
            "; killing the ranks already started");
@@ -767,10 +1200,24 @@ void AddLaunchCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<LaunchFlags>();
   CLI::App* cmd = app.add_subcommand(
       "launch",
-      "Run N ranks of a program on this host with the CHORUS_* bootstrap variables "
-      "and a TCP store (a small torchrun / mpirun)");
+      "Run N ranks of a program, on this host or through ssh on several, with the CHORUS_* "
+      "bootstrap variables, a TCP store and a job secret (a small torchrun / mpirun)");
   cmd->add_option("-n,--ranks", flags->ranks,
-                  "number of ranks (processes), 1.." + std::to_string(kMaxRanks));
+                  "number of ranks (processes), 1.." + std::to_string(kMaxRanks) +
+                      "; with --hosts, default: every slot");
+  cmd->add_option("--hosts", flags->hosts,
+                  "HOST[:SLOTS],...: run the ranks on these hosts through --rsh, filling each "
+                  "host's slots (default 1) in order");
+  cmd->add_option("--rsh", flags->rsh,
+                  "with --hosts: the command, split at spaces, that runs a shell command on a host "
+                  "as `AGENT HOST WORDS...` the way ssh does (default: ssh)");
+  cmd->add_option("--store-host", flags->store_host,
+                  "IPv4 address or interface the store binds and the ranks dial (default: "
+                  "127.0.0.1; with --hosts, the first non-loopback IPv4 interface that is up)");
+  cmd->add_option("-x,--export", flags->exports,
+                  "NAME[=VALUE]: also give the ranks this variable (NAME alone: the launcher's "
+                  "value); repeatable. With --hosts, CHORUS_* variables are passed on anyway")
+      ->allow_extra_args(false);
   cmd->add_option("--timeout-ms", flags->timeout_ms,
                   "kill the whole job after this many milliseconds and exit 124 (0: never)")
       ->capture_default_str();
@@ -781,15 +1228,21 @@ void AddLaunchCommand(CLI::App& app, int& exit_code) {
   // Never filled: its validator refuses every word, so CLI11 stops parsing at PROG and leaves it
   // and everything after it (options of PROG included) in remaining(). It documents PROG in --help.
   cmd->add_option("PROG", flags->prog_placeholder,
-                  "the program (looked up on PATH) and its arguments")
+                  "the program (looked up on PATH; with --hosts, on each host) and its arguments")
       ->check(CLI::Validator([](std::string&) { return std::string("not an option"); }, "", ""));
   cmd->prefix_command();
   cmd->validate_positionals();
   cmd->footer(
-      "Every rank gets CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_WORLD_SIZE,"
-      " CHORUS_STORE, CHORUS_LAUNCHER and CHORUS_JOB_ID.\nExit status: 0 when all ranks exit 0; "
-      "else the first failed rank's (exit code or 128+signal); 124 timeout; 126/127 PROG not "
-      "executable/found; 2 bad arguments; 1 launcher failure.");
+      "Every rank gets CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_LOCAL_RANK, CHORUS_LOCAL_WORLD_SIZE "
+      "(per host), CHORUS_STORE, CHORUS_LAUNCHER, CHORUS_JOB_ID and, unless CHORUS_SECRET or "
+      "CHORUS_SECRET_FILE is set, a fresh CHORUS_SECRET.\n"
+      "With --hosts, rank r on HOST runs as `AGENT HOST sh -c '<read CHORUS_SECRET from stdin>' "
+      "chorus-rank env CHORUS_...=... PROG ARGS` (words shell-quoted; the secret comes on stdin, "
+      "never in an argv; with CHORUS_SECRET_FILE only its path is passed, so the file must exist "
+      "on every host). ssh passes output and exit codes but not signals.\n"
+      "Exit status: 0 when all ranks exit 0; else the first failed rank's (exit code or "
+      "128+signal); 124 timeout; 126/127 PROG (with --hosts: AGENT) not executable/found; "
+      "2 bad arguments; 1 launcher failure.");
   cmd->callback([flags, cmd, &exit_code] { exit_code = RunLaunch(*flags, cmd->remaining()); });
 }
 
