@@ -1,0 +1,340 @@
+// The MPI transport under mpirun (registered as mpi_transport_np2/3/4): every rank of
+// MPI_COMM_WORLD runs every test in the same order, so each test is one collective scenario.
+//
+//   - the collective matrix (support/matrix.h): every algorithm of the selection table x
+//     counts {0, 1, 7, 8, 1000, 1000 in 24-byte segments, 2^20+3} x every dtype and op x in
+//     and out of place, exact results, on a fresh communicator per case;
+//   - creation: options checked and agreed across ranks, sub-communicators, several
+//     communicators over one MPI communicator;
+//   - group failure: a rejected call, Abort() (from the driving thread and from another one),
+//     ranks that disagree on the call, a rank that never calls.
+//
+// Only rank 0 prints GoogleTest's report; the other ranks print their failures, prefixed with
+// their rank. Any rank's failure fails the job (mpirun's exit status).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algo/select.h"
+#include "chorus/chorus.h"
+#include "chorus/mpi.h"
+#include "support/matrix.h"
+
+namespace chorus {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::MatrixParam;
+
+int WorldRank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int WorldSize() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// Generous: the ranks are oversubscribed processes on a shared machine.
+constexpr std::chrono::milliseconds kTimeout = std::chrono::seconds(120);
+
+Communicator MustCreate(MPI_Comm comm, CommOptions options = {.timeout = kTimeout}) {
+  auto created = CreateMpiCommunicator(comm, options);
+  if (!created.ok()) {
+    ADD_FAILURE() << "rank " << WorldRank() << ": " << created.status();
+    MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks would wait for this one forever
+  }
+  return std::move(created).value();
+}
+
+// ------------------------------------------------------------------ the matrix
+
+class MpiMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+TEST_P(MpiMatrix, ExactResults) {
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  EXPECT_THAT(testing::RunMatrixCase(comm, GetParam()), IsEmpty());
+}
+
+// Evaluated when GoogleTest registers the tests, after MPI_Init: the case's rank count is the
+// job's.
+INSTANTIATE_TEST_SUITE_P(Matrix, MpiMatrix,
+                         ::testing::ValuesIn(testing::MatrixParams({WorldSize()})),
+                         [](const ::testing::TestParamInfo<MatrixParam>& param_info) {
+                           return testing::MatrixName(param_info.param);
+                         });
+
+// ------------------------------------------------------------------ creation
+
+TEST(MpiCreate, RankSizeAndTransportComeFromTheCommunicator) {
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  EXPECT_EQ(comm.rank(), WorldRank());
+  EXPECT_EQ(comm.size(), WorldSize());
+  EXPECT_EQ(comm.transport(), TransportKind::kMpi);
+  EXPECT_EQ(TransportKindName(comm.transport()), "mpi");
+}
+
+TEST(MpiCreate, SelectionPicksTheRingForEverySize) {
+  for (CollectiveKind kind :
+       {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
+    for (size_t bytes : {size_t{0}, size_t{8}, size_t{4} << 10, size_t{64} << 20}) {
+      auto picked = internal::SelectAlgorithm({kind, TransportKind::kMpi, WorldSize(), bytes}, "");
+      ASSERT_TRUE(picked.ok()) << picked.status();
+      EXPECT_EQ((*picked)->name, "ring") << CollectiveKindName(kind) << " " << bytes << " bytes";
+    }
+  }
+}
+
+TEST(MpiCreate, SubCommunicator) {
+  // Two groups, even and odd world ranks, each summing its own world ranks.
+  const int world_rank = WorldRank();
+  MPI_Comm half = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+  int half_rank = 0;
+  int half_size = 0;
+  MPI_Comm_rank(half, &half_rank);
+  MPI_Comm_size(half, &half_size);
+  {
+    Communicator comm = MustCreate(half);
+    EXPECT_EQ(comm.rank(), half_rank);
+    EXPECT_EQ(comm.size(), half_size);
+    std::vector<int64_t> v(1000, world_rank);
+    ASSERT_TRUE(comm.AllReduce(std::span<int64_t>(v), ReduceOp::kSum).ok());
+    int64_t want = 0;
+    for (int r = world_rank % 2; r < WorldSize(); r += 2) want += r;
+    EXPECT_EQ(v, std::vector<int64_t>(1000, want));
+  }
+  MPI_Comm_free(&half);
+}
+
+TEST(MpiCreate, CommunicatorsOverOneMpiCommunicatorStayApart) {
+  // Interleaved calls on two communicators dup'd from the same MPI communicator: a message of
+  // one must never be taken for the other's.
+  Communicator a = MustCreate(MPI_COMM_WORLD);
+  Communicator b = MustCreate(MPI_COMM_WORLD, {.timeout = kTimeout, .segment_bytes = 256});
+  const int p = WorldSize();
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int32_t> x(700, 1 + round);
+    std::vector<int32_t> y(900, 10 * (a.rank() + 1));
+    ASSERT_TRUE(a.AllReduce(std::span<int32_t>(x), ReduceOp::kSum).ok());
+    ASSERT_TRUE(b.AllReduce(std::span<int32_t>(y), ReduceOp::kMax).ok());
+    EXPECT_EQ(x, std::vector<int32_t>(700, p * (1 + round)));
+    EXPECT_EQ(y, std::vector<int32_t>(900, 10 * p));
+  }
+}
+
+TEST(MpiCreate, NullCommunicatorIsAnInvalidArgument) {
+  auto created = CreateMpiCommunicator(MPI_COMM_NULL);
+  EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(created.status().message(), HasSubstr("MPI_COMM_NULL"));
+}
+
+TEST(MpiCreate, BadOptionsOnEveryRank) {
+  auto depth = CreateMpiCommunicator(MPI_COMM_WORLD, {.pipeline_depth = 1});
+  EXPECT_EQ(depth.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(depth.status().message(), HasSubstr("CreateMpiCommunicator: options.pipeline_depth"));
+  auto shm = CreateMpiCommunicator(MPI_COMM_WORLD, {.transport = TransportKind::kShm});
+  EXPECT_EQ(shm.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(shm.status().message(), HasSubstr("kAuto or kMpi"));
+}
+
+TEST(MpiCreate, BadOptionsOnOneRankFailEveryRank) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  CommOptions options{.timeout = kTimeout};
+  if (WorldRank() == 1) options.timeout = std::chrono::milliseconds(0);
+  auto created = CreateMpiCommunicator(MPI_COMM_WORLD, options);
+  ASSERT_FALSE(created.ok());
+  if (WorldRank() == 1) {
+    EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(created.status().message(), HasSubstr("options.timeout"));
+  } else {
+    EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_THAT(created.status().message(), HasSubstr("rank 1 could not join"));
+  }
+}
+
+TEST(MpiCreate, RanksMustAgreeOnSegmentBytes) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  CommOptions options{.timeout = kTimeout};
+  if (WorldRank() == 0) options.segment_bytes = 4096;
+  auto created = CreateMpiCommunicator(MPI_COMM_WORLD, options);
+  EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(created.status().message(), HasSubstr("ranks disagree on options.segment_bytes"));
+}
+
+// ------------------------------------------------------------------ group failure
+
+TEST(MpiFailure, RejectedCallAbortsThePeers) {
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  std::vector<float> send(64, 1.0f);
+  std::vector<float> recv(64);
+  // Rank 0 gets its counts wrong; the others wait for it until its notice arrives.
+  const size_t recv_count = comm.rank() == 0 ? 63 : 64;
+  const Status s =
+      comm.AllReduce(ConstBuffer{send.data(), 64, DataType::kFloat32},
+                     MutableBuffer{recv.data(), recv_count, DataType::kFloat32}, ReduceOp::kSum);
+  if (comm.rank() == 0) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  } else {
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("rank 0 rejected this call"));
+  }
+}
+
+TEST(MpiFailure, CallRejectedByEveryRankLeavesTheCommunicatorUsable) {
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  std::vector<float> v(10, 1.0f);
+  const Status bad = comm.AllReduce(ConstBuffer{v.data(), 10, DataType::kFloat32},
+                                    MutableBuffer{v.data(), 9, DataType::kFloat32}, ReduceOp::kSum);
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  // The rejection notices of that call are still arriving; they must not disturb this one.
+  const Status good = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+  ASSERT_TRUE(good.ok()) << good;
+  EXPECT_EQ(v, std::vector<float>(10, static_cast<float>(comm.size())));
+  EXPECT_TRUE(comm.health().ok());
+}
+
+TEST(MpiFailure, NoticesOfAFailedCommunicatorDoNotReachTheNextOne) {
+  // Rank 0 rejects and never polls again, so the peers' failure notices (and, with more than
+  // two ranks, data) are still on their way to it at teardown. Open MPI gives the next
+  // duplicate the same context id; unless teardown took them, they would fail it.
+  for (int round = 0; round < 5; ++round) {
+    {
+      Communicator comm = MustCreate(MPI_COMM_WORLD);
+      std::vector<float> v(4000, 1.0f);
+      const size_t n = comm.rank() == 0 ? 3999 : 4000;  // rank 0's call is invalid
+      const Status s =
+          comm.AllReduce(ConstBuffer{v.data(), 4000, DataType::kFloat32},
+                         MutableBuffer{v.data(), n, DataType::kFloat32}, ReduceOp::kSum);
+      EXPECT_FALSE(s.ok());
+    }
+    Communicator next = MustCreate(MPI_COMM_WORLD);
+    std::vector<float> v(4000, 1.0f);
+    const Status s = next.AllReduce(std::span<float>(v), ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << "round " << round << ": " << s;
+    EXPECT_EQ(v, std::vector<float>(4000, static_cast<float>(next.size())));
+  }
+}
+
+TEST(MpiFailure, AbortOnOneRankReachesEveryRank) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  if (comm.rank() == 0) comm.Abort();
+  std::vector<float> v(100000, 1.0f);
+  const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+  // Not kDeadlineExceeded: the notice, not the 120 s deadline, ended the call.
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("Abort() was called on rank 0"));
+  EXPECT_EQ(comm.health().code(), StatusCode::kAborted);
+}
+
+TEST(MpiFailure, AbortFromAnotherThreadWhileWaiting) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  std::vector<float> v(1000, 1.0f);
+  // The ring: the other ranks cannot finish without rank 0's later steps.
+  const CallOptions ring{.algorithm = "ring"};
+  if (comm.rank() == 0) {
+    // The others are in MPI_Barrier, so this call waits until the watchdog aborts it. Under
+    // MPI_THREAD_MULTIPLE the watchdog sends the notice; under SERIALIZED it may not call MPI,
+    // and this thread sends it at its next poll.
+    std::thread watchdog([&comm] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.Abort();
+    });
+    const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum, ring);
+    watchdog.join();
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm.rank() != 0) {
+    const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum, ring);
+    EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("Abort() was called on rank 0"));
+  }
+}
+
+TEST(MpiFailure, RanksThatDisagreeOnTheCallFailTheGroup) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  std::vector<int32_t> v(comm.rank() == 0 ? 8 : 16, 1);
+  const Status s = comm.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("ranks disagree on the call"));
+}
+
+TEST(MpiFailure, RankThatNeverCallsMeansADeadline) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  std::vector<float> v(1000, 1.0f);
+  const CallOptions quick{.timeout = std::chrono::milliseconds(500), .algorithm = "ring"};
+  if (comm.rank() != 1) {
+    const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum, quick);
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm.rank() == 1) {
+    // Too late: the others gave up and said so; this rank learns it while it waits.
+    const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum, quick);
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(s.message(), HasSubstr("timed out"));
+  }
+}
+
+// Prints only failed assertions, prefixed with the rank (ranks other than 0).
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_,
+                 result.file_name() ? result.file_name() : "?", result.line_number(),
+                 result.message());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed()) {
+      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+    }
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+}  // namespace chorus
+
+int main(int argc, char** argv) {
+  // MPI_THREAD_SERIALIZED, as most programs ask; CHORUS_TEST_MPI_THREAD=multiple asks for
+  // MPI_THREAD_MULTIPLE (and checks that it was granted).
+  const char* level = std::getenv("CHORUS_TEST_MPI_THREAD");
+  const bool multiple = level != nullptr && std::string(level) == "multiple";
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED, &provided);
+  if (provided < (multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED)) {
+    std::fprintf(stderr, "MPI granted thread level %d only\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rank = chorus::WorldRank();
+  if (rank != 0) {
+    ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new chorus::FailurePrinter(rank));
+  }
+  const int failed = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return failed;
+}
