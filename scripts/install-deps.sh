@@ -29,6 +29,7 @@ PACKAGES=(
   clang
   libclang-rt-14-dev
   iproute2
+  nftables
 )
 
 check_only=0

@@ -42,7 +42,10 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
     }
   } else if (t_.failed()) {
     const Status cause = t_.failure();
-    return Status(cause.code(), op + ": " + me + " stopped: " + cause.message());
+    // "allreduce: rank 0 stopped: rank 3 stopped: rank 2 exited", not the operation twice.
+    std::string_view why = cause.message();
+    if (why.rfind(op + ": ", 0) == 0) why.remove_prefix(op.size() + 2);
+    return Status(cause.code(), op + ": " + me + " stopped: " + std::string(why));
   } else if (!t_.PeerAlive(peer)) {
     status = Unavailable(op + ": " + me + " stopped: " + t_.DescribeDeath(peer) +
                          " while this rank waited for " + what + " it");

@@ -4,8 +4,6 @@
 
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 
@@ -68,16 +66,6 @@ bool LauncherSingleHost(int size) {
   if (local("OMPI_COMM_WORLD_LOCAL_SIZE") == world) return true;
   if (local("MPI_LOCALNRANKS") == world) return true;
   return local("SLURM_NNODES") == "1" || local("SLURM_JOB_NUM_NODES") == "1";
-}
-
-// The text of a secret file, refused when others may read it (see Secret::FromFile).
-Result<std::string> SecretFromFile(const std::string& path) {
-  auto checked = internal::Secret::FromFile(path);
-  if (!checked.ok()) return checked.status();
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!text.empty() && text.back() == '\n') text.pop_back();
-  return text;
 }
 
 Result<TransportKind> TransportFromName(const std::string& name) {
@@ -147,7 +135,7 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
     if (auto secret = Var("CHORUS_SECRET")) {
       base.secret = *secret;
     } else if (auto file = Var("CHORUS_SECRET_FILE")) {
-      auto text = SecretFromFile(*file);
+      auto text = internal::ReadSecretFile(*file);
       if (!text.ok()) return text.status();
       base.secret = std::move(text).value();
     }

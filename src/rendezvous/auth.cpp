@@ -129,6 +129,14 @@ Result<Secret> Secret::FromText(std::string_view text, std::string_view source) 
 }
 
 Result<Secret> Secret::FromFile(const std::string& path) {
+  auto text = ReadSecretFile(path);
+  if (!text.ok()) return text.status();
+  auto secret = FromText(*text, "secret file " + path);
+  sodium_memzero(text->data(), text->size());
+  return secret;
+}
+
+Result<std::string> ReadSecretFile(const std::string& path) {
   const std::string where = "secret file " + path;
   // O_NONBLOCK: a FIFO at `path` must be refused below, not block the open.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -165,9 +173,7 @@ Result<Secret> Secret::FromFile(const std::string& path) {
   if (!text.empty() && text.back() == '\n') text.pop_back();
   if (!text.empty() && text.back() == '\r') text.pop_back();
   if (text.empty()) return InvalidArgument(where + " is empty: put the job's secret in it");
-  auto secret = FromText(text, where);
-  sodium_memzero(text.data(), text.size());
-  return secret;
+  return text;
 }
 
 std::string Secret::Generate() {

@@ -42,8 +42,7 @@ class Secret {
   // The key derived from `text` (any non-empty bytes); `source` names where it came from for
   // errors ("CHORUS_SECRET").
   static Result<Secret> FromText(std::string_view text, std::string_view source);
-  // The secret in the file at `path` (one trailing newline ignored). Refuses a file that group
-  // or others may read, as ssh does with private keys.
+  // The secret in the file at `path` (see ReadSecretFile).
   static Result<Secret> FromFile(const std::string& path);
   // 32 random bytes as 64 hexadecimal characters: a fresh secret for a launcher to hand out.
   static std::string Generate();
@@ -105,6 +104,12 @@ class Handshake {
   Step step_;
   Status error_;  // why, once step_ is kFailed
 };
+
+// The text of the secret file at `path`, one trailing newline (\n or \r\n) removed. Refuses
+// a file that group or others may read, as ssh does with private keys, and an empty one.
+// Launchers and CommOptionsFromEnvironment read CHORUS_SECRET_FILE with it, so every party
+// derives the same key.
+Result<std::string> ReadSecretFile(const std::string& path);
 
 // Runs `handshake` over the blocking or non-blocking socket `fd` until done or `deadline`
 // (kDeadlineExceeded: "the peer did not finish the handshake"). For dialers and tests.

@@ -12,6 +12,9 @@
 #   launch_4x1  chorus launch, 4 hosts x 1 rank
 #   mpirun_2x2  mpirun with a hostfile of the namespaces and plm_rsh_agent netns-rsh
 #   netem       launch_2x2 with netem delay 2ms loss 1% on every host's eth0
+#   loss        launch_2x2 while nftables on every host drops 2% of the TCP packets entering and
+#               leaving eth0 at random: packet loss without sch_netem. Every element must still
+#               be right, and the rules' counters must show drops
 #   shaped      launch_2x2 with every host's eth0 limited to 200 Mbit/s (tbf): full socket
 #               buffers and partial writes on every link
 #   kill        launch_2x2 where rank 2 SIGKILLs itself after 4 collectives: every other rank
@@ -42,6 +45,8 @@ readonly kSkip=77
 readonly kLockDir=/run/chorus-netns
 readonly kMaxSlots=32
 readonly kJobTimeoutMs=20000
+readonly kLossPerMille=20        # loss: share of TCP packets dropped, each way on each host
+readonly kLossJobTimeoutMs=60000 # loss: a dropped SYN alone costs 1 s, then 2 s, ...
 
 skip() {
   echo "SKIPPED: $*"
@@ -54,7 +59,7 @@ fail() {
 note() { echo "netns: $*" >&2; }
 
 usage() {
-  echo "usage: $0 plumbing|launch_2x2|launch_4x1|mpirun_2x2|netem|shaped|kill|partition" \
+  echo "usage: $0 plumbing|launch_2x2|launch_4x1|mpirun_2x2|netem|loss|shaped|kill|partition" \
     "--chorus PATH [--job PATH]" >&2
   exit 2
 }
@@ -72,7 +77,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $scenario in
-  plumbing | launch_2x2 | launch_4x1 | mpirun_2x2 | netem | shaped | kill | partition) ;;
+  plumbing | launch_2x2 | launch_4x1 | mpirun_2x2 | netem | loss | shaped | kill | partition) ;;
   *) usage ;;
 esac
 [ -x "$chorus" ] || fail "--chorus must name the chorus binary (got '$chorus')"
@@ -90,6 +95,9 @@ for tool in ip unshare flock mount hostname setpriv timeout; do
 done
 if [ "$scenario" = plumbing ] || [ "$scenario" = mpirun_2x2 ]; then
   command -v mpirun > /dev/null || skip "mpirun (Open MPI) is not installed"
+fi
+if [ "$scenario" = loss ]; then
+  command -v nft > /dev/null || skip "nft (Debian package nftables) is not installed"
 fi
 
 # Re-run inside a private mount namespace (see the header).
@@ -225,14 +233,58 @@ wait_reachable() {
 
 # shape QDISC...: the same root qdisc on every host's eth0, or a skip naming why not.
 shape() {
-  local ns err
+  local ns err instead=
+  [ "$1" = netem ] && instead="; the loss scenario covers packet loss with nftables instead"
   for ns in "${hosts[@]}"; do
     if ! err=$(ip netns exec "$ns" tc qdisc add dev eth0 root "$@" 2>&1); then
       skip "tc qdisc $1 is not available here: ${err:-unknown error}" \
-        "(kernel without CONFIG_NET_SCH_${1^^}?)"
+        "(kernel without CONFIG_NET_SCH_${1^^}?)$instead"
     fi
   done
   note "every eth0: $*"
+}
+
+# drop_tcp PER_MILLE: on every host, nftables drops that share of the TCP packets entering and of
+# those leaving eth0, at random, counting them (dropped_tcp reads the counts). All of the job's
+# traffic is TCP, so the loss falls on the store, the handshakes and the data alike, and TCP has
+# to retransmit its way through all of them. Rules go in after make_hosts, whose reachability
+# probes must not fail by chance.
+drop_tcp() {
+  local ns err rules
+  rules=$(
+    cat << EOF
+table inet chorus_loss {
+  chain in {
+    type filter hook input priority filter; policy accept;
+    iifname "eth0" meta l4proto tcp numgen random mod 1000 < $1 counter drop
+  }
+  chain out {
+    type filter hook output priority filter; policy accept;
+    oifname "eth0" meta l4proto tcp numgen random mod 1000 < $1 counter drop
+  }
+}
+EOF
+  )
+  for ns in "${hosts[@]}"; do
+    if ! err=$(ip netns exec "$ns" nft -f - <<< "$rules" 2>&1); then
+      skip "nftables cannot drop packets here: ${err:-unknown error}" \
+        "(kernel without CONFIG_NF_TABLES or CONFIG_NFT_NUMGEN?)"
+    fi
+  done
+  note "every eth0: nftables drops $1 in 1000 TCP packets in each direction"
+}
+
+# dropped_tcp: prints the packets that drop_tcp's rules dropped, over all hosts, and notes each
+# host's counts (in, out).
+dropped_tcp() {
+  local ns counts total=0 n
+  for ns in "${hosts[@]}"; do
+    counts=$(ip netns exec "$ns" nft list table inet chorus_loss |
+      sed -n 's/.* counter packets \([0-9]*\) bytes .*/\1/p' | paste -sd ' ')
+    note "$ns dropped ${counts:-nothing?} (in out)"
+    for n in $counts; do total=$((total + n)); done
+  done
+  echo "$total"
 }
 
 # ------------------------------------------------------------------ running and checking
@@ -387,6 +439,20 @@ case $scenario in
     chorus_launch -- "$job"
     expect_status 0
     expect_ok_ranks 4 '\[R\] '
+    ;;
+  loss)
+    make_hosts 2
+    drop_tcp "$kLossPerMille"
+    spec_for 2
+    # The full counts (up to 8 MB per rank): hundreds of drops, yet done in seconds, as fast
+    # retransmits repair most of them. The deadline leaves room for a run of timeouts.
+    export CHORUS_TIMEOUT_MS=$kLossJobTimeoutMs
+    chorus_launch -- "$job"
+    expect_status 0
+    expect_ok_ranks 4 '\[R\] '
+    dropped=$(dropped_tcp)
+    [ "$dropped" -gt 0 ] || fail "loss: the job passed, but nftables dropped no packet"
+    note "loss: $dropped TCP packets dropped in ${run_seconds}s"
     ;;
   launch_4x1)
     make_hosts 4

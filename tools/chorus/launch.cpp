@@ -424,18 +424,13 @@ std::optional<std::string> NonEmptyEnv(const char* name) {
 }
 
 // The job's secret, decided as the ranks' CommOptionsFromEnvironment will: CHORUS_SECRET, else
-// the text of CHORUS_SECRET_FILE minus one trailing newline (refused if others may read it),
-// else a fresh one.
+// the text of CHORUS_SECRET_FILE (internal::ReadSecretFile), else a fresh one.
 Result<JobSecret> DecideSecret() {
   if (std::optional<std::string> text = NonEmptyEnv("CHORUS_SECRET")) return JobSecret{*text};
   if (std::optional<std::string> path = NonEmptyEnv("CHORUS_SECRET_FILE")) {
-    Result<internal::Secret> checked = internal::Secret::FromFile(*path);
-    if (!checked.ok()) return checked.status();
-    std::ifstream in(*path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.eof() && in.fail()) return Unavailable("cannot read secret file " + *path);
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-    return JobSecret{std::move(text)};
+    Result<std::string> text = internal::ReadSecretFile(*path);
+    if (!text.ok()) return text.status();
+    return JobSecret{std::move(text).value()};
   }
   return JobSecret{internal::Secret::Generate(), true};
 }
