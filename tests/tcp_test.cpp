@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -110,7 +110,8 @@ TEST_P(TcpMatrix, ExactResults) {
 INSTANTIATE_TEST_SUITE_P(Matrix, TcpMatrix, ::testing::ValuesIn(TcpCases()),
                          [](const auto& param_info) {
                            return std::string(CollectiveKindName(param_info.param.kind)) + "_" +
-                                  param_info.param.algorithm + "_p" + std::to_string(param_info.param.ranks);
+                                  param_info.param.algorithm + "_p" +
+                                  std::to_string(param_info.param.ranks);
                          });
 
 // Ranks on several "hosts": each forked rank gets its own hostname in a new UTS namespace (root
@@ -314,8 +315,8 @@ TEST(TcpSecurity, StrangersAreDroppedWhileTheJobRunsOn) {
         auto wrong = internal::Secret::FromText("not-the-secret", "test");
         internal::Handshake h(*wrong, internal::Handshake::Role::kDialer,
                               "chorus-tcp/1 0000000000000000 0 1");
-        const Status s = internal::RunHandshake(
-            fd, h, internal::DeadlineAfter(std::chrono::seconds(10)));
+        const Status s =
+            internal::RunHandshake(fd, h, internal::DeadlineAfter(std::chrono::seconds(10)));
         if (s.ok()) failures += "handshake with the wrong secret succeeded; ";
         close(fd);
       }

@@ -100,7 +100,7 @@ Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, 
     for (int i = 1; i < p; ++i) {
       const int q = (r + i) % p;
       CHORUS_RETURN_IF_ERROR(ch.Send(q, Advance(send, part.SegmentOffset(q, seg), ctx.elem_size),
-                                        part.SegmentSize(q, seg)));
+                                     part.SegmentSize(q, seg)));
     }
     ch.SetStep(1, 2);
     const size_t within = part.SegmentOffset(r, seg) - part.Offset(r);

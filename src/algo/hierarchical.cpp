@@ -24,7 +24,8 @@ Status HierarchicalAllReduce(const CallContext& ctx, const void* send, void* rec
   // Step 1 sums within the host without finishing an average: that happens once, in step 2,
   // whose finish divides by the whole group's size.
   CallContext host_sum = ctx;
-  if (ctx.tag.op == ReduceOp::kAvg) host_sum.kernel = &reduce::GetKernel(ctx.tag.dtype, ReduceOp::kSum);
+  if (ctx.tag.op == ReduceOp::kAvg)
+    host_sum.kernel = &reduce::GetKernel(ctx.tag.dtype, ReduceOp::kSum);
   CHORUS_RETURN_IF_ERROR(RingReduceScatterOver(host_sum, local, send, recv, count, true));
 
   const Partition part(count, layout->local_size, ctx.segment_elems);

@@ -94,8 +94,8 @@ Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const
   return prims.Flush();
 }
 
-Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send,
-                         void* recv, size_t count) {
+Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
+                         size_t count) {
   const Layout at(ctx, ring, count);
   const int p = ring.size;
   const int r = ring.index;
@@ -113,8 +113,8 @@ Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const voi
   return prims.Flush();
 }
 
-Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send,
-                         void* recv, size_t count) {
+Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
+                         size_t count) {
   const Layout at(ctx, ring, count);
   const int p = ring.size;
   const int r = ring.index;

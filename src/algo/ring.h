@@ -40,9 +40,9 @@ struct RingView {
 // `count` elements (for an all-reduce built from parts) rather than in a chunk-sized buffer.
 Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const void* send,
                              void* recv, size_t count, bool recv_is_whole);
-Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send,
-                         void* recv, size_t count);
-Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send,
-                         void* recv, size_t count);
+Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
+                         size_t count);
+Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
+                         size_t count);
 
 }  // namespace chorus::internal

@@ -17,7 +17,7 @@ struct CallShapeForSelection {
   CollectiveKind kind;
   TransportKind transport;
   int ranks;
-  size_t bytes;  // total buffer
+  size_t bytes;             // total buffer
   bool multi_host = false;  // the transport has a host layout (Transport::hosts())
 };
 

@@ -12,9 +12,9 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -279,9 +279,9 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
         "Create: options.transport is kThread but the ranks are in different processes");
   }
   if (kind == TransportKind::kShm && !one_host) {
-    return InvalidArgument("Create: options.transport is kShm but the ranks span hosts (rank 0 on " +
-                           (*members)[0].host + ", rank " + std::to_string(options.rank) + " on " +
-                           me.host + ")");
+    return InvalidArgument(
+        "Create: options.transport is kShm but the ranks span hosts (rank 0 on " +
+        (*members)[0].host + ", rank " + std::to_string(options.rank) + " on " + me.host + ")");
   }
 
   const internal::ConnectConfig connect{options.rank, options.size, options.segment_bytes,
@@ -301,9 +301,9 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     if (!key.ok()) return key.status();
     auto address = ListenAddress(options.listen, one_host);
     if (!address.ok()) return address.status();
-    internal::TcpConfig tcp{connect, *address, *key, ranks_on_host,
-                            std::min<std::chrono::milliseconds>(options.timeout,
-                                                                std::chrono::seconds(10))};
+    internal::TcpConfig tcp{
+        connect, *address, *key, ranks_on_host,
+        std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(10))};
     // Ranks that share a host reach each other through shared memory (transport/hybrid).
     std::optional<internal::HostLayout> layout = LayoutOf(*members, options.rank);
     if (!layout) {
@@ -311,9 +311,9 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     } else {
       const std::shared_ptr<Store> host_scope =
           MakePrefixStore(scoped, "host/" + std::to_string(layout->host_index) + "/");
-      auto shm = internal::ConnectShm(*host_scope, {layout->local_index, layout->local_size,
-                                                    options.segment_bytes,
-                                                    options.pipeline_depth, deadline});
+      auto shm = internal::ConnectShm(
+          *host_scope, {layout->local_index, layout->local_size, options.segment_bytes,
+                        options.pipeline_depth, deadline});
       if (!shm.ok()) return shm.status();
       tcp.bell = &(*shm)->doorbell();
       auto network = internal::ConnectTcp(*scoped, tcp);

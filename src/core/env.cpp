@@ -69,8 +69,8 @@ bool LauncherSingleHost(int size) {
 }
 
 Result<TransportKind> TransportFromName(const std::string& name) {
-  for (TransportKind kind : {TransportKind::kAuto, TransportKind::kThread, TransportKind::kShm,
-                             TransportKind::kTcp}) {
+  for (TransportKind kind :
+       {TransportKind::kAuto, TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
     if (name == TransportKindName(kind)) return kind;
   }
   return InvalidArgument("environment: CHORUS_TRANSPORT=\"" + name +

@@ -73,7 +73,9 @@ struct WaitPolicy {
   // Spin only when every rank has a core of its own; yield longer when they share.
   static WaitPolicy For(int ranks_on_this_host);
   // For transports that progress only when polled: yield between polls, never sleep.
-  static WaitPolicy PollOnly() { return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365)}; }
+  static WaitPolicy PollOnly() {
+    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365)};
+  }
 };
 
 // Number of CPUs this process may run on.

@@ -59,8 +59,8 @@ Result<Bootstrapped> Bootstrap(const std::string& url, int rank, const std::stri
     b.server = std::move(server).value();
     CHORUS_RETURN_IF_ERROR(
         Publish(path, b.server->url() + "\n" + (secret.empty() ? b.secret : "") + "\n"));
-    auto store = OpenStore(b.server->url(), {.connect_timeout = Remaining(deadline),
-                                             .secret = b.secret});
+    auto store =
+        OpenStore(b.server->url(), {.connect_timeout = Remaining(deadline), .secret = b.secret});
     if (!store.ok()) return store.status();
     b.store = std::move(store).value();
     return b;

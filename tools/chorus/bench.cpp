@@ -590,9 +590,10 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
       exit_code = kExitUsage;
       return;
     }
-    if (flags->rank_worker) {
-      // This process is one of the launcher's ranks.
-      if (cfg->transport == TransportKind::kThread) cfg->transport = TransportKind::kShm;
+    if (flags->rank_worker || StartedByForeignLauncher()) {
+      // This process is one of a launcher's ranks (ours, or mpirun's / srun's): processes meet
+      // through shared memory on one host, TCP across hosts, unless tcp was asked for.
+      if (cfg->transport == TransportKind::kThread) cfg->transport = TransportKind::kAuto;
       exit_code = RunBenchRanks(*cfg);
     } else if (cfg->transport != TransportKind::kThread) {
       exit_code = ExecUnderLauncher("chorus bench", cfg->ranks, WorkerArgs(*flags), kExitFailed);

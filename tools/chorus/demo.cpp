@@ -582,9 +582,11 @@ std::vector<std::string> WorkerArgs(const DemoFlags& flags) {
 int RunDemo(const DemoFlags& flags) {
   const DataType dtype = *ParseDataType(flags.dtype);  // the flags' validators accepted them
   TransportKind transport = *ParseCliTransport(flags.transport);
-  // A worker is one of the launcher's processes: shm unless TCP was asked for.
-  if (flags.rank_worker && transport == TransportKind::kThread) transport = TransportKind::kShm;
-  if (!flags.rank_worker) {
+  // A worker is one of a launcher's processes (ours, or mpirun's / srun's): shared memory on
+  // one host, TCP across hosts, unless tcp was asked for.
+  const bool worker = flags.rank_worker || StartedByForeignLauncher();
+  if (worker && transport == TransportKind::kThread) transport = TransportKind::kAuto;
+  if (!worker) {
     if (flags.count % flags.ranks != 0) {
       std::cerr << "chorus demo: --count (" << flags.count << ") must be a multiple of --ranks ("
                 << flags.ranks << "): reduce-scatter gives every rank count/ranks values\n";

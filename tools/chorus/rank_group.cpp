@@ -263,6 +263,14 @@ int ExecUnderLauncher(const std::string& program, int ranks,
   return exit_code_on_failure;
 }
 
+bool StartedByForeignLauncher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return true;
+  }
+  return false;
+}
+
 std::optional<TransportKind> ParseCliTransport(std::string_view name) {
   if (name == "thread") return TransportKind::kThread;
   if (name == "shm") return TransportKind::kShm;

@@ -122,7 +122,11 @@ Status RunProcessRank(const CommOptions& base, const RankBody& body,
 int ExecUnderLauncher(const std::string& program, int ranks,
                       const std::vector<std::string>& worker_args, int exit_code_on_failure);
 
-// "thread" or "shm"; anything else is nullopt.
+// True when mpirun, srun or another MPI launcher started this process as one rank of a job:
+// the CLI then runs as that rank instead of starting ranks itself.
+bool StartedByForeignLauncher();
+
+// "thread", "shm" or "tcp"; anything else is nullopt.
 std::optional<TransportKind> ParseCliTransport(std::string_view name);
 
 // The median of `values` (reordered); 0 when empty.

@@ -70,8 +70,8 @@ Status DecodeFrameHeader(const uint8_t bytes[kFrameHeaderBytes], const FrameExpe
                std::to_string(expect.sequence));
   }
   if (GetU32(bytes + 44) != 0 || GetU64(bytes + 56) != 0) return Bad("reserved bytes are not zero");
-  if (bytes[40] > static_cast<uint8_t>(CollectiveKind::kAllGather) ||
-      bytes[41] >= kNumDataTypes || bytes[42] >= kNumReduceOps) {
+  if (bytes[40] > static_cast<uint8_t>(CollectiveKind::kAllGather) || bytes[41] >= kNumDataTypes ||
+      bytes[42] >= kNumReduceOps) {
     return Bad("unknown collective, data type or operation");
   }
   h->tag.call_index = GetU64(bytes + 24);

@@ -12,15 +12,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <algorithm>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -36,6 +36,8 @@ using tcp::FrameType;
 using tcp::kFrameHeaderBytes;
 
 constexpr char kClaimPrefix[] = "chorus-tcp/1";
+// Handshakes in progress beyond the group's own dials before new connections are turned away.
+constexpr size_t kMaxStrangers = 64;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -144,15 +146,15 @@ struct Link {
 
   // Send side.
   std::mutex send_mu;
-  int fd = -1;                      // under send_mu once ready; -1 after close
-  std::atomic<uint64_t> posted{0};  // rank thread
+  int fd = -1;                       // under send_mu once ready; -1 after close
+  std::atomic<uint64_t> posted{0};   // rank thread
   std::atomic<uint64_t> written{0};  // frames fully handed to the kernel: the credits
   PostedMessage posted_messages[kMaxPipelineDepth];
   std::deque<ControlFrame> control_out;  // waiting for the current frame to end (under send_mu)
-  std::optional<Outgoing> current;      // frame being written (under send_mu)
-  uint64_t data_started = 0;            // data frames started (under send_mu)
-  uint64_t send_sequence = 0;           // frames started (under send_mu)
-  uint32_t events = 0;                  // epoll interest; 0 = not registered (progress thread)
+  std::optional<Outgoing> current;       // frame being written (under send_mu)
+  uint64_t data_started = 0;             // data frames started (under send_mu)
+  uint64_t send_sequence = 0;            // frames started (under send_mu)
+  uint32_t events = 0;                   // epoll interest; 0 = not registered (progress thread)
 
   // Receive side: whoever holds recv_mu reads the socket; the rank thread reads slots up to
   // `received`.
@@ -183,7 +185,7 @@ struct Pending {
 
 // What an epoll event refers to.
 enum class Source : uint64_t { kListener = 1, kWake = 2 };
-constexpr uint64_t kLinkBase = 1ull << 32;  // + peer
+constexpr uint64_t kLinkBase = 1ull << 32;     // + peer
 constexpr uint64_t kPendingBase = 1ull << 48;  // + pending id
 
 class TcpTransport final : public ControlledTransport {
@@ -203,7 +205,9 @@ class TcpTransport final : public ControlledTransport {
   bool TryPeek(int peer, Message* m) override;
   void Release(int peer) override;
   bool Drained(int peer) override;
-  bool PeerAlive(int peer) override { return !links_[Index(peer)]->dead.load(std::memory_order_acquire); }
+  bool PeerAlive(int peer) override {
+    return !links_[Index(peer)]->dead.load(std::memory_order_acquire);
+  }
   std::string DescribeDeath(int peer) const override;
 
   void Fail(const Status& status) override;
@@ -505,8 +509,8 @@ void TcpTransport::Loop() {
   bool poll_soon = false;
   while (!stop_.load(std::memory_order_acquire)) {
     // Sleep until an event, the next handshake deadline, or (rarely) a short poll.
-    Clock::time_point wake_at = poll_soon ? Clock::now() + std::chrono::milliseconds(1)
-                                          : Clock::time_point::max();
+    Clock::time_point wake_at =
+        poll_soon ? Clock::now() + std::chrono::milliseconds(1) : Clock::time_point::max();
     for (const auto& [id, p] : pending_) wake_at = std::min(wake_at, p.deadline);
     int timeout_ms = -1;
     if (wake_at != Clock::time_point::max()) {
@@ -585,7 +589,8 @@ bool TcpTransport::ServiceLinks() {
       continue;
     }
     Interest(peer, result == Flush::kBlocked);
-    poll_soon = poll_soon || (result == Flush::kBlocked && l.paused.load(std::memory_order_relaxed));
+    poll_soon =
+        poll_soon || (result == Flush::kBlocked && l.paused.load(std::memory_order_relaxed));
   }
   return poll_soon;
 }
@@ -604,6 +609,15 @@ void TcpTransport::Accept() {
     Pending p;
     p.fd = Fd(fd);
     p.name = PeerName(fd);
+    // A flood of connections that never finish their handshake must not grow without bound;
+    // every genuine peer dials at most once, so a few more than the group size suffice.
+    if (pending_.size() >= static_cast<size_t>(size()) + kMaxStrangers) {
+      std::fprintf(stderr,
+                   "chorus tcp rank %d: dropped connection from %s: %zu handshakes already "
+                   "pending\n",
+                   rank_, p.name.c_str(), pending_.size());
+      continue;
+    }
     p.handshake = std::make_unique<Handshake>(secret_, Handshake::Role::kAcceptor);
     p.deadline = Clock::now() + handshake_timeout_;
     const uint64_t id = kPendingBase + next_pending_++;
@@ -625,13 +639,14 @@ void TcpTransport::Dial(int peer) {
   p.peer = peer;
   p.name = l.address.text;
   p.connecting = true;
-  p.handshake = std::make_unique<Handshake>(
-      secret_, Handshake::Role::kDialer,
-      std::string(kClaimPrefix) + " " + Hex64(comm_id_) + " " + std::to_string(rank_) + " " +
-          std::to_string(peer));
+  p.handshake =
+      std::make_unique<Handshake>(secret_, Handshake::Role::kDialer,
+                                  std::string(kClaimPrefix) + " " + Hex64(comm_id_) + " " +
+                                      std::to_string(rank_) + " " + std::to_string(peer));
   // Generous: the peer may still be busy with an earlier call.
   p.deadline = Clock::time_point::max();
-  const int r = connect(fd, reinterpret_cast<const sockaddr*>(&l.address.addr), sizeof(sockaddr_in));
+  const int r =
+      connect(fd, reinterpret_cast<const sockaddr*>(&l.address.addr), sizeof(sockaddr_in));
   if (r != 0 && errno != EINPROGRESS) {
     KillLink(peer, "refused the connection (" + Errno("connect") + ")");
     return;
@@ -784,8 +799,8 @@ TcpTransport::ReadOutcome TcpTransport::ReadLocked(int peer, std::string* why) {
       l.in_header_bytes += static_cast<size_t>(n);
       if (l.in_header_bytes < kFrameHeaderBytes) continue;
       l.in_header_bytes = 0;
-      const Status s = tcp::DecodeFrameHeader(
-          l.in_header, {comm_id_, l.recv_sequence, slot_bytes_}, &l.in_frame);
+      const Status s = tcp::DecodeFrameHeader(l.in_header, {comm_id_, l.recv_sequence, slot_bytes_},
+                                              &l.in_frame);
       if (!s.ok()) {
         *why = "sent a bad frame (" + s.message() + ")";
         return ReadOutcome::kBadFrame;
@@ -808,8 +823,8 @@ TcpTransport::ReadOutcome TcpTransport::ReadLocked(int peer, std::string* why) {
       target = reinterpret_cast<std::byte*>(l.control_in.data());
     }
     while (l.in_payload_bytes < h.length) {
-      const ssize_t n = recv(l.fd, target + l.in_payload_bytes, h.length - l.in_payload_bytes,
-                             MSG_DONTWAIT);
+      const ssize_t n =
+          recv(l.fd, target + l.in_payload_bytes, h.length - l.in_payload_bytes, MSG_DONTWAIT);
       if (n == 0) return ReadOutcome::kClosed;
       if (n < 0) {
         if (errno == EAGAIN || errno == EINTR) return ReadOutcome::kBlocked;
@@ -849,8 +864,7 @@ void TcpTransport::Read(int peer) {
       // Paused before the re-check, so a release in between is not missed (Release wakes this
       // thread when it sees paused).
       l.paused.store(true, std::memory_order_seq_cst);
-      if (l.received.load(std::memory_order_relaxed) -
-              l.released.load(std::memory_order_seq_cst) <
+      if (l.received.load(std::memory_order_relaxed) - l.released.load(std::memory_order_seq_cst) <
           static_cast<uint64_t>(depth_)) {
         l.paused.store(false, std::memory_order_relaxed);
         return Read(peer);
@@ -971,9 +985,9 @@ Result<std::unique_ptr<Transport>> ConnectTcp(Store& store, const TcpConfig& con
                                                      &std::free);
   if (!memory) return Internal("tcp: out of memory for the control block");
   Control* control = Control::Create(memory.get(), c.size);
-  return std::unique_ptr<Transport>(std::make_unique<TcpTransport>(
-      std::move(memory), *control, config, std::move(listener).value(), std::move(addresses),
-      comm_id));
+  return std::unique_ptr<Transport>(
+      std::make_unique<TcpTransport>(std::move(memory), *control, config,
+                                     std::move(listener).value(), std::move(addresses), comm_id));
 }
 
 }  // namespace chorus::internal

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Measures chorus against its peers (Open MPI, MPICH, Gloo) in one interleaved run and prints
+# how far apart they are. The peer harness ../shared/peers/run_all.sh runs the matrix
+# rep x mode x ranks x library; chorus joins through its EXTRA_BENCH hook, so in every
+# (rep, mode, ranks) cell `chorus bench --csv` runs right after the peers, three times: thread
+# ranks (lib chorus-thread), shm process ranks (chorus-shm) and tcp process ranks on loopback
+# (chorus-tcp; the bench re-executes itself under `chorus launch`, which makes the job secret).
+# Noise on this machine moves medians by ~25 % between runs, so only figures from the same run
+# are compared, and only as ratios.
+#
+#   scripts/compare-peers.sh                                   # full matrix, see runtime below
+#   REPS=1 MODES=keepheap NPS=2 COUNTS=8 scripts/compare-peers.sh   # smoke test, ~1 minute
+#
+# Knobs (environment variables, defaults in brackets):
+#   REPS [3]              repetitions of the whole matrix (outermost loop)
+#   MODES ["keepheap default"]
+#                         default: libraries as shipped; keepheap: glibc keeps freed memory,
+#                         which spares Open MPI / MPICH their per-call page faults (the lib
+#                         column gets "+keepheap"). chorus is measured in both modes
+#   NPS ["2 4"]           rank counts (4 oversubscribes the 2 cores)
+#   COUNTS [8,262144,16777216]
+#                         total float32 elements; chorus gets --sizes 4*COUNT bytes
+#                         (32 B, 1 MiB, 64 MiB)
+#   PEERS_DIR [<repo>/../shared/peers]   where run_all.sh lives
+#   PEERS_WORK            peer binaries and raw results (run_all.sh default:
+#                         ${TMPDIR:-/tmp}/chorus-peers)
+#   CHORUS_BIN [<repo>/build/chorus]     built (target chorus_cli in build/) when the default
+#                         is missing; the run uses a private copy, so a rebuild midway is harmless
+#   OUT_DIR [<repo>/build/compare/<timestamp>]
+#   TOTAL_BUDGET [3600]   seconds before run_all.sh skips the remaining runs (its own default
+#                         of 1140 is too short once chorus runs in every cell)
+#   EXTRAS [0]            1 = also run run_all.sh's one-off peer variants (not compared here)
+#   JOBS [2]              compile jobs when chorus has to be built
+#   MIN_TIME, MIN_ITERS, RUN_TIMEOUT, SKIP_BUILD, LIBS pass through to run_all.sh.
+#
+# Output in OUT_DIR: peers.csv (every per-run row, 9 columns as summarize.py reads them),
+# run_all.out / run_all.log (the harness's stdout and progress), table.md and one
+# busbw_<op>.png per collective, written by scripts/compare_peers.py, which also prints the
+# table. Each figure is the median over REPS of the per-run medians. The ratio columns divide
+# chorus's median time by a peer's, so < 1 means chorus is faster (0.5 = twice as fast) and
+# > 1 means it is slower. "best" is the fastest peer in either mode (a "+keepheap" row counts
+# as that peer); "gloo" is Gloo's better mode, the like-for-like partner of chorus over TCP.
+# chorus's own columns come from its default mode (keepheap when MODES lacks default).
+#
+# Runtime (estimate): the defaults take about 15-20 minutes, ~12 for the peers (run_all.sh's
+# full matrix is ~14 minutes with its five sizes and extras) and ~5 for chorus, whose 12
+# (rep, mode, ranks) cells cost ~20-30 s each, most of it tcp at 64 MiB. The smoke test above
+# takes ~20 s plus the peers' build (~1 minute, skipped with SKIP_BUILD=1).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+peers_dir=${PEERS_DIR:-$root/../shared/peers}
+chorus_bin=${CHORUS_BIN:-$root/build/chorus}
+out_dir=${OUT_DIR:-$root/build/compare/$(date +%Y%m%d-%H%M%S)}
+python=/usr/bin/python3   # the system Python has matplotlib; a pyenv python3 may not
+
+export REPS=${REPS:-3}
+export MODES=${MODES:-"keepheap default"}
+export NPS=${NPS:-"2 4"}
+export COUNTS=${COUNTS:-8,262144,16777216}
+export TOTAL_BUDGET=${TOTAL_BUDGET:-3600}
+export EXTRAS=${EXTRAS:-0}
+
+die() {
+  echo "compare-peers.sh: $*" >&2
+  exit 1
+}
+
+if [ ! -x "$peers_dir/run_all.sh" ]; then
+  die "no peer harness at $peers_dir/run_all.sh; set PEERS_DIR to the shared/peers directory"
+fi
+[ -x "$python" ] || die "$python not found (apt-get install python3-matplotlib)"
+"$python" -c 'import matplotlib' 2> /dev/null ||
+  die "$python has no matplotlib (apt-get install python3-matplotlib)"
+
+# Only the default binary is built here: an explicit CHORUS_BIN is the caller's to provide.
+if [ ! -x "$chorus_bin" ]; then
+  if [ -n "${CHORUS_BIN:-}" ]; then
+    die "CHORUS_BIN=$CHORUS_BIN is not an executable"
+  fi
+  echo "compare-peers.sh: $chorus_bin missing, building target chorus_cli in build/" >&2
+  if [ ! -f "$root/build/CMakeCache.txt" ]; then
+    cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+  fi
+  cmake --build "$root/build" -j "${JOBS:-2}" --target chorus_cli
+  [ -x "$chorus_bin" ] || die "built chorus_cli, but $chorus_bin is still missing"
+fi
+
+# chorus takes total bytes; the peers take float32 element counts.
+sizes=""
+IFS=, read -r -a counts <<< "$COUNTS"
+for count in "${counts[@]}"; do
+  [[ $count =~ ^[1-9][0-9]*$ ]] || die "COUNTS entry '$count' is not a positive integer"
+  sizes+="${sizes:+,}$((4 * count))"
+done
+
+mkdir -p "$out_dir"
+bin_copy=$(mktemp "${TMPDIR:-/tmp}/chorus-compare.XXXXXX")
+trap 'rm -f "$bin_copy"' EXIT
+cp "$chorus_bin" "$bin_copy"
+chmod +x "$bin_copy"
+
+# run_all.sh runs this with bash -c once per (rep, mode, ranks), NP, MODE and SUFFIX set. All
+# three transports run even when one fails; the first failure's status reaches run_all.sh,
+# which records it in failed.txt.
+export COMPARE_CHORUS_BIN=$bin_copy COMPARE_CHORUS_SIZES=$sizes
+# shellcheck disable=SC2016  # expanded by run_all.sh's bash -c, not here
+export EXTRA_BENCH='rc=0
+for t in thread shm tcp; do
+  "$COMPARE_CHORUS_BIN" bench --csv --lib "chorus-$t$SUFFIX" -n "$NP" --ops all \
+    --sizes "$COMPARE_CHORUS_SIZES" --transport "$t" || { s=$?; [ $rc -ne 0 ] || rc=$s; }
+done
+exit $rc'
+
+echo "compare-peers.sh: REPS=$REPS MODES=\"$MODES\" NPS=\"$NPS\" COUNTS=$COUNTS -> $out_dir" >&2
+# Progress goes to the terminal and to run_all.log; the harness's own CSV to run_all.out.
+"$peers_dir/run_all.sh" 2>&1 > "$out_dir/run_all.out" | tee "$out_dir/run_all.log" >&2 ||
+  die "run_all.sh failed; see $out_dir/run_all.log"
+
+# run_all.sh prints only its aggregate on stdout; the per-run rows stay in its results folder,
+# which its last progress line names.
+results=$(sed -n 's/.*; results in //p' "$out_dir/run_all.log" | tail -1)
+if [ -z "$results" ] || [ ! -d "$results/raw" ]; then
+  die "could not find run_all.sh's results folder in $out_dir/run_all.log"
+fi
+shopt -s nullglob
+raw_files=("$results"/raw/rep*.csv)
+[ ${#raw_files[@]} -gt 0 ] || die "no per-run CSV files in $results/raw"
+{
+  echo "lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,busbw_GBs"
+  for f in "${raw_files[@]}"; do
+    echo "# $(basename "$f" .csv)"
+    grep -v -e '^lib,' -e '^#' "$f" || true
+  done
+} > "$out_dir/peers.csv"
+for f in failed.txt skipped.txt; do
+  if [ -f "$results/$f" ]; then
+    echo "compare-peers.sh: warning: run_all.sh reported ($results/$f):" >&2
+    sed 's/^/  /' "$results/$f" >&2
+  fi
+done
+
+"$python" "$root/scripts/compare_peers.py" "$out_dir/peers.csv" "$out_dir"
