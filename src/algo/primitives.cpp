@@ -114,6 +114,10 @@ void Channel::Publish(int peer, const void* data, size_t n) {
 Status Channel::SendCopy(int peer, const void* src, size_t n) {
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(peer, &slot));
+  if (t_.copies_at_post()) {
+    Publish(peer, src, n);  // the transport copies into the slot only what it cannot send now
+    return Status::Ok();
+  }
   if (n > 0) std::memcpy(slot, src, n * ctx_.elem_size);
   Publish(peer, slot, n);
   return Status::Ok();
@@ -177,9 +181,9 @@ Status Primitives::RecvReduceCopySend(const void* local, void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
   ctx().kernel->finish(dst, m.data, local, n, transport().size());
   Done(recv_peer_, m);
-  const bool zero_copy = transport().zero_copy();
-  if (!zero_copy) std::memcpy(slot, dst, n * ctx().elem_size);
-  Publish(send_peer_, zero_copy ? dst : slot, n);
+  const bool from_dst = transport().zero_copy() || transport().copies_at_post();
+  if (!from_dst) std::memcpy(slot, dst, n * ctx().elem_size);
+  Publish(send_peer_, from_dst ? dst : slot, n);
   return Status::Ok();
 }
 
@@ -190,9 +194,9 @@ Status Primitives::RecvCopySend(void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
   std::memcpy(dst, m.data, m.bytes);
   Done(recv_peer_, m);
-  const bool zero_copy = transport().zero_copy();
-  if (!zero_copy) std::memcpy(slot, dst, m.bytes);
-  Publish(send_peer_, zero_copy ? dst : slot, n);
+  const bool from_dst = transport().zero_copy() || transport().copies_at_post();
+  if (!from_dst) std::memcpy(slot, dst, m.bytes);
+  Publish(send_peer_, from_dst ? dst : slot, n);
   return Status::Ok();
 }
 

@@ -77,6 +77,10 @@ class Transport {
   virtual size_t slot_bytes() const = 0;
   // True when a posted message may point at the sender's own memory (shared address space).
   virtual bool zero_copy() const = 0;
+  // True when Post may also be given the caller's memory in place of the reserved slot: the
+  // transport reads it only during Post (it sends what it can at once and keeps the rest in the
+  // slot), so the caller may reuse it as soon as Post returns. Saves the copy into the slot.
+  virtual bool copies_at_post() const { return false; }
   // How many ranks share this host's cores (drives the wait policy).
   virtual int ranks_on_host() const = 0;
 
@@ -87,7 +91,8 @@ class Transport {
   virtual void* TryReserve(int peer) = 0;
   // Posts the next message to `peer`. Precondition: the last TryReserve(peer) or
   // TryCredit(peer) succeeded and nothing was posted to `peer` since. `m.data` is that slot or,
-  // when zero_copy(), memory of the caller's that stays valid and unchanged until Drained(peer).
+  // when zero_copy(), memory of the caller's that stays valid and unchanged until Drained(peer),
+  // or when copies_at_post() (after TryReserve), memory of the caller's read only during Post.
   virtual void Post(int peer, const Message& m) = 0;
   // The oldest unreleased message from `peer`, if one has arrived.
   virtual bool TryPeek(int peer, Message* m) = 0;

@@ -197,6 +197,7 @@ class TcpTransport final : public ControlledTransport {
 
   size_t slot_bytes() const override { return slot_bytes_; }
   bool zero_copy() const override { return false; }
+  bool copies_at_post() const override { return true; }
   int ranks_on_host() const override { return ranks_on_host_; }
 
   bool TryCredit(int peer) override;
@@ -223,10 +224,12 @@ class TcpTransport final : public ControlledTransport {
   bool Usable(int peer);  // ready, or asks for the connection
   void Wake();
 
-  // Both threads: writes what is queued on `l` (under send_mu) until the socket is full.
-  Flush FlushLocked(Link& l);
-  // Rank thread: flushes `l`, calling the progress thread when the socket is full.
-  void FlushOrWake(Link& l);
+  // Both threads: writes what is queued on `l` (under send_mu) until the socket is full. The
+  // newest posted frame's payload comes from `newest_from` if given (the caller's memory).
+  Flush FlushLocked(Link& l, const std::byte* newest_from = nullptr);
+  // Rank thread, under send_mu, after FlushLocked(l, caller): makes frame `frame` stop
+  // referring to the caller's memory by copying what is not yet written into its slot.
+  void KeepRestInSlot(Link& l, uint64_t frame, const std::byte* caller, std::byte* slot);
   void QueueControl(int peer, FrameType type, uint64_t call_index, const std::string& payload);
   void Broadcast(FrameType type, uint64_t call_index, const std::string& payload, int except);
 
@@ -342,19 +345,35 @@ void TcpTransport::Post(int peer, const Message& m) {
   const uint64_t n = l.posted.load(std::memory_order_relaxed);
   CHORUS_CHECK(n - l.written.load(std::memory_order_acquire) < static_cast<uint64_t>(depth_));
   CHORUS_CHECK_LE(m.bytes, slot_bytes_);
-  l.posted_messages[n % static_cast<uint64_t>(depth_)] = {m.bytes, m.tag};
-  l.posted.store(n + 1, std::memory_order_release);
-  FlushOrWake(l);
-}
-
-void TcpTransport::FlushOrWake(Link& l) {
-  // Written now if the socket takes it: the common case costs no thread hand-off.
+  const uint64_t index = n % static_cast<uint64_t>(depth_);
+  std::byte* slot = l.send_slots.get() + index * slot_bytes_;
+  l.posted_messages[index] = {m.bytes, m.tag};
+  // Written now if the socket takes it: the common case costs no thread hand-off. The
+  // caller's own memory (copies_at_post) is sent from directly; what the socket does not take
+  // now is copied into the reserved slot before Post returns. The frame is published under the
+  // lock, so the progress thread cannot start it from the slot before that copy.
+  const auto* caller = static_cast<const std::byte*>(m.data);
   Flush result;
   {
     std::lock_guard<std::mutex> lock(l.send_mu);
-    result = FlushLocked(l);
+    l.posted.store(n + 1, std::memory_order_release);
+    result = FlushLocked(l, caller == slot ? nullptr : caller);
+    if (caller != slot) KeepRestInSlot(l, n, caller, slot);
   }
   if (result != Flush::kDone) Wake();
+}
+
+void TcpTransport::KeepRestInSlot(Link& l, uint64_t frame, const std::byte* caller,
+                                  std::byte* slot) {
+  const size_t bytes = l.posted_messages[frame % static_cast<uint64_t>(depth_)].bytes;
+  if (l.data_started <= frame) {  // not started: frames ahead of it still wait
+    if (bytes > 0) std::memcpy(slot, caller, bytes);
+  } else if (l.current && l.current->payload == caller) {  // partly written
+    const size_t done = l.current->done > kFrameHeaderBytes ? l.current->done - kFrameHeaderBytes
+                                                             : 0;
+    std::memcpy(slot + done, caller + done, bytes - done);
+    l.current->payload = slot;
+  }
 }
 
 bool TcpTransport::TryPeek(int peer, Message* m) {
@@ -390,7 +409,7 @@ std::string TcpTransport::DescribeDeath(int peer) const {
   return "rank " + std::to_string(peer) + " (" + l.address.text + ") " + l.death;
 }
 
-Flush TcpTransport::FlushLocked(Link& l) {
+Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
   while (l.fd >= 0) {
     if (!l.current) {
       Outgoing out;
@@ -413,7 +432,9 @@ Flush TcpTransport::FlushLocked(Link& l) {
         const PostedMessage& pm = l.posted_messages[index];
         tcp::EncodeFrameHeader({FrameType::kData, comm_id_, l.send_sequence++, pm.tag, pm.bytes},
                                out.header);
-        out.payload = l.send_slots.get() + index * slot_bytes_;
+        const bool newest = l.data_started + 1 == l.posted.load(std::memory_order_relaxed);
+        out.payload = newest && newest_from != nullptr ? newest_from
+                                                       : l.send_slots.get() + index * slot_bytes_;
         out.payload_bytes = pm.bytes;
         out.data = true;
         ++l.data_started;
