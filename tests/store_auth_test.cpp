@@ -28,6 +28,7 @@
 #include "rendezvous/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
+#include "support/raw_socket.h"
 
 namespace chorus {
 namespace {
@@ -56,33 +57,13 @@ Secret MakeSecret(const char* text) {
   return s.ok() ? *s : Secret();
 }
 
-UniqueFd RawConnect(uint16_t port) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
-  return fd;
-}
-
-bool SendRaw(int fd, const std::string& bytes) {
-  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
+using testing::RawConnect;
+using testing::SendRaw;
 
 // Reads until the server closes the connection; false if it is still open after 10 s. `got`
 // receives everything the server sent.
 bool ClosedByServer(int fd, std::string* got = nullptr) {
-  const auto deadline = Clock::now() + seconds(10);
-  while (Clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    char buf[256];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;  // EOF or reset
-    if (got != nullptr) got->append(buf, static_cast<size_t>(n));
-  }
-  return false;
+  return testing::ClosedByPeer(fd, seconds(10), got);
 }
 
 std::string GoodHello() { return proto::Hello(proto::kMagic, proto::kVersion, 0); }
@@ -257,7 +238,7 @@ int Workload(const std::string& url, int id, int min_rounds, const std::atomic<b
 }
 
 TEST(StoreAuth, AttackersAreDroppedWhileFourClientsKeepWorking) {
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   std::unique_ptr<TcpStoreServer> server = StartServer();
   ASSERT_NE(server, nullptr);
   const uint16_t port = server->port();
@@ -321,7 +302,7 @@ TEST(StoreAuth, AttackersAreDroppedWhileFourClientsKeepWorking) {
 
   // Every intruder was dropped and logged; the stalls for running out of time. (A legitimate
   // handshake slowed past 200 ms by a loaded machine adds a line; see OpenPatiently.)
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_GE(Count(log, "chorus store: dropped 127.0.0.1:"), static_cast<size_t>(attacks + 3))
       << log;
   EXPECT_GE(Count(log, ": did not finish the handshake within 200 ms\n"), 3u) << log;
@@ -330,7 +311,7 @@ TEST(StoreAuth, AttackersAreDroppedWhileFourClientsKeepWorking) {
 // The same intruders against a server with the default handshake_timeout, which nothing here
 // comes near: each drop is logged once, with its own reason.
 TEST(StoreAuth, EachDropIsLoggedWithItsReason) {
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   {
@@ -340,7 +321,7 @@ TEST(StoreAuth, EachDropIsLoggedWithItsReason) {
   }
   const int attacks = RunAttacks((*server)->port(), (*server)->url());
   server->reset();
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(Count(log, "chorus store: dropped 127.0.0.1:"), static_cast<size_t>(attacks)) << log;
   EXPECT_EQ(Count(log, "\n"), static_cast<size_t>(attacks)) << log;
   const std::vector<std::pair<std::string, size_t>> reasons = {
@@ -374,7 +355,7 @@ TEST(StoreAuth, ServerWithoutASecretIsRefused) {
 TEST(StoreAuth, ClientWithoutASecretFailsBeforeConnecting) {
   std::unique_ptr<TcpStoreServer> server = StartServer();
   ASSERT_NE(server, nullptr);
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto store = OpenStore(server->url(), {.connect_timeout = kLong});
   EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(store.status().message(),
@@ -382,7 +363,7 @@ TEST(StoreAuth, ClientWithoutASecretFailsBeforeConnecting) {
   EXPECT_THAT(store.status().message(), HasSubstr("CHORUS_SECRET"));
   server.reset();
   // It never connected, so the server logged nothing.
-  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 // A server holding another secret: the client notices first and sends no proof of its own.
@@ -442,7 +423,7 @@ TEST(StoreAuth, ServerThatHangsUpOnTheProofRejectedTheSecret) {
 // Every connection of the client's pool authenticates, not just the first: three threads parked
 // at once need three connections, and nothing is dropped.
 TEST(StoreAuth, EveryPooledConnectionAuthenticates) {
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   auto store = OpenStore((*server)->url(), {.connect_timeout = kLong, .secret = kSecret});
@@ -463,7 +444,7 @@ TEST(StoreAuth, EveryPooledConnectionAuthenticates) {
   EXPECT_EQ(ok.load(), 3);
   EXPECT_EQ((*store)->Add("n", 5).value(), 5);
   server->reset();
-  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include "rendezvous/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
+#include "support/raw_socket.h"
 
 namespace chorus {
 namespace {
@@ -628,33 +629,13 @@ TEST(TcpStore, ManyWaitersWakeOnOneSet) {
 
 // ---- peers that do not speak the protocol
 
-UniqueFd RawConnect(uint16_t port) {
-  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
-  return fd;
-}
-
-bool SendRaw(int fd, const std::string& bytes) {
-  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
-}
+using testing::RawConnect;
+using testing::SendRaw;
 
 // Reads until the server closes the connection; false if it is still open after 5 s. `got`
-// receives whatever the server sent first.
+// receives everything the server sent.
 bool ClosedByServer(int fd, std::string* got = nullptr) {
-  const auto deadline = Clock::now() + seconds(5);
-  while (Clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    char buf[256];
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;  // EOF or reset
-    if (got != nullptr) got->append(buf, static_cast<size_t>(n));
-  }
-  return false;
+  return testing::ClosedByPeer(fd, seconds(5), got);
 }
 
 std::string GoodHello() { return proto::Hello(proto::kMagic, proto::kVersion, 0); }

@@ -17,6 +17,7 @@
 #include "chorus/chorus.h"
 #include "rendezvous/auth.h"
 #include "support/matrix.h"
+#include "support/raw_socket.h"
 #include "support/spawn.h"
 
 namespace chorus {
@@ -262,33 +263,17 @@ TEST(TcpFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
 
 // ---------------------------------------------------------------- strangers
 
-int Dial(const std::string& address) {
+// A raw connection to "ip:port".
+internal::UniqueFd Dial(const std::string& address) {
   const size_t colon = address.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
-  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  return testing::RawConnect(address.substr(0, colon),
+                             static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
 }
 
-// Reads until the peer closes the connection or `limit` passes; -1 if it never closed.
-ssize_t BytesUntilClosed(int fd, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  ssize_t total = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
-    char buffer[4096];
-    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n <= 0) return total;
-    total += n;
-  }
-  return -1;
+// True when the job closes the connection within `limit` having sent nothing.
+bool DroppedSilently(int fd, std::chrono::seconds limit) {
+  std::string got;
+  return testing::ClosedByPeer(fd, limit, &got) && got.empty();
 }
 
 // Rank 2 is a stranger that attacks rank 1's listening socket while ranks 0 and 1 run
@@ -304,33 +289,29 @@ TEST(TcpSecurity, StrangersAreDroppedWhileTheJobRunsOn) {
       if (!(*store)->Get("job/running", std::chrono::seconds(30)).ok()) return "job never ran";
       std::string failures;
       {  // garbage instead of a handshake
-        const int fd = Dial(*address);
-        const std::string junk(200, 'G');
-        (void)!send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
-        if (BytesUntilClosed(fd, std::chrono::seconds(10)) != 0) failures += "garbage kept; ";
-        close(fd);
+        const internal::UniqueFd fd = Dial(*address);
+        testing::SendRaw(fd.get(), std::string(200, 'G'));
+        if (!DroppedSilently(fd.get(), std::chrono::seconds(10))) failures += "garbage kept; ";
       }
       {  // the wrong secret: gets the acceptor's challenge (72 bytes) and nothing more
-        const int fd = Dial(*address);
+        const internal::UniqueFd fd = Dial(*address);
         auto wrong = internal::Secret::FromText("not-the-secret", "test");
         internal::Handshake h(*wrong, internal::Handshake::Role::kDialer,
                               "chorus-tcp/1 0000000000000000 0 1");
         const Status s =
-            internal::RunHandshake(fd, h, internal::DeadlineAfter(std::chrono::seconds(10)));
+            internal::RunHandshake(fd.get(), h, internal::DeadlineAfter(std::chrono::seconds(10)));
         if (s.ok()) failures += "handshake with the wrong secret succeeded; ";
-        close(fd);
+        // Only the challenge was read; nothing else may follow before the job hangs up.
+        if (!DroppedSilently(fd.get(), std::chrono::seconds(10))) failures += "wrong secret kept; ";
       }
       {  // a claim length past the limit
-        const int fd = Dial(*address);
-        const unsigned char hello[8] = {'C', 'H', 'R', 'A', 0, 1, 0xff, 0xff};
-        (void)!send(fd, hello, sizeof(hello), MSG_NOSIGNAL);
-        if (BytesUntilClosed(fd, std::chrono::seconds(10)) != 0) failures += "long claim kept; ";
-        close(fd);
+        const internal::UniqueFd fd = Dial(*address);
+        testing::SendRaw(fd.get(), std::string("CHRA\x00\x01\xff\xff", 8));
+        if (!DroppedSilently(fd.get(), std::chrono::seconds(10))) failures += "long claim kept; ";
       }
       {  // connects and says nothing: dropped after the handshake timeout (3 s here)
-        const int fd = Dial(*address);
-        if (BytesUntilClosed(fd, std::chrono::seconds(15)) != 0) failures += "staller kept; ";
-        close(fd);
+        const internal::UniqueFd fd = Dial(*address);
+        if (!DroppedSilently(fd.get(), std::chrono::seconds(15))) failures += "staller kept; ";
       }
       (void)(*store)->Set("stranger/done", "1");
       return failures;

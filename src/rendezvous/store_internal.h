@@ -6,7 +6,7 @@
 //   "store <address>: waited 30 s for keys rank/2, rank/3"
 // naming only the keys that are still missing.
 //
-// Thread safety: free functions without shared state; UniqueFd is a value type.
+// Thread safety: free functions without shared state.
 #pragma once
 
 #include <unistd.h>
@@ -25,39 +25,13 @@
 #include <vector>
 
 #include "chorus/store.h"
+#include "core/unique_fd.h"
 #include "core/wait.h"
 
 namespace chorus::internal {
 
 using StoreClock = std::chrono::steady_clock;
 using StoreDeadline = StoreClock::time_point;
-
-// Owns one file descriptor; closes it on destruction. Never throws.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) Reset(other.Release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
-
-  int get() const { return fd_; }
-  explicit operator bool() const { return fd_ >= 0; }
-  int Release() { return std::exchange(fd_, -1); }
-  // Closes the descriptor now. EINTR from close() still releases it on Linux: never retry.
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // "Connection refused"; strerror() is not thread-safe, strerrordesc_np() is.
 inline std::string ErrnoText(int err) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/unique_fd.h"
 #include "transport/control.h"
 #include "transport/tcp/frame.h"
 
@@ -40,27 +41,6 @@ constexpr char kClaimPrefix[] = "chorus-tcp/1";
 constexpr size_t kMaxStrangers = 64;
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    Reset(std::exchange(o.fd_, -1));
-    return *this;
-  }
-  ~Fd() { Reset(); }
-  int get() const { return fd_; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 struct Address {
   sockaddr_in addr{};
@@ -175,7 +155,7 @@ struct Link {
 
 // An accepted or dialed connection that has not finished its handshake.
 struct Pending {
-  Fd fd;
+  UniqueFd fd;
   int peer = -1;  // dialed: the peer; accepted: unknown until the claim is read
   bool connecting = false;
   std::unique_ptr<Handshake> handshake;
@@ -191,7 +171,7 @@ constexpr uint64_t kPendingBase = 1ull << 48;  // + pending id
 class TcpTransport final : public ControlledTransport {
  public:
   TcpTransport(std::unique_ptr<void, decltype(&std::free)> control_memory, Control& control,
-               const TcpConfig& config, Fd listener, std::vector<Address> addresses,
+               const TcpConfig& config, UniqueFd listener, std::vector<Address> addresses,
                uint64_t comm_id);
   ~TcpTransport() override;
 
@@ -264,9 +244,9 @@ class TcpTransport final : public ControlledTransport {
   const std::chrono::milliseconds handshake_timeout_;
   const uint64_t comm_id_;
   Doorbell* const bell_;
-  Fd listener_;
-  Fd wake_;
-  Fd epoll_;
+  UniqueFd listener_;
+  UniqueFd wake_;
+  UniqueFd epoll_;
   std::vector<std::unique_ptr<Link>> links_;
   std::map<uint64_t, Pending> pending_;  // progress thread
   uint64_t next_pending_ = 0;
@@ -275,7 +255,7 @@ class TcpTransport final : public ControlledTransport {
 };
 
 TcpTransport::TcpTransport(std::unique_ptr<void, decltype(&std::free)> control_memory,
-                           Control& control, const TcpConfig& config, Fd listener,
+                           Control& control, const TcpConfig& config, UniqueFd listener,
                            std::vector<Address> addresses, uint64_t comm_id)
     : ControlledTransport(control, config.connect.rank),
       control_memory_(std::move(control_memory)),
@@ -369,8 +349,8 @@ void TcpTransport::KeepRestInSlot(Link& l, uint64_t frame, const std::byte* call
   if (l.data_started <= frame) {  // not started: frames ahead of it still wait
     if (bytes > 0) std::memcpy(slot, caller, bytes);
   } else if (l.current && l.current->payload == caller) {  // partly written
-    const size_t done = l.current->done > kFrameHeaderBytes ? l.current->done - kFrameHeaderBytes
-                                                             : 0;
+    const size_t done =
+        l.current->done > kFrameHeaderBytes ? l.current->done - kFrameHeaderBytes : 0;
     std::memcpy(slot + done, caller + done, bytes - done);
     l.current->payload = slot;
   }
@@ -628,7 +608,7 @@ void TcpTransport::Accept() {
     const int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient error: the next event retries
     Pending p;
-    p.fd = Fd(fd);
+    p.fd = UniqueFd(fd);
     p.name = PeerName(fd);
     // A flood of connections that never finish their handshake must not grow without bound;
     // every genuine peer dials at most once, so a few more than the group size suffice.
@@ -656,7 +636,7 @@ void TcpTransport::Dial(int peer) {
   }
   TuneSocket(fd);
   Pending p;
-  p.fd = Fd(fd);
+  p.fd = UniqueFd(fd);
   p.peer = peer;
   p.name = l.address.text;
   p.connecting = true;
@@ -951,8 +931,8 @@ void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& 
 
 // ---------------------------------------------------------------- setup
 
-Result<Fd> Listen(const std::string& address, std::string* published) {
-  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+Result<UniqueFd> Listen(const std::string& address, std::string* published) {
+  UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) return Unavailable("tcp: " + Errno("socket"));
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
