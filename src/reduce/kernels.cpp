@@ -26,6 +26,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CHORUS_REDUCE_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define CHORUS_REDUCE_X86 0
@@ -372,6 +373,15 @@ constexpr Table kAvxTable = MakeTable<Avx<false>>();
 constexpr Table kAvx2Table = MakeTable<Avx<true>>();
 #endif
 
+#if CHORUS_REDUCE_X86
+// F16C (float16 <-> float32 conversions) from CPUID leaf 1, ECX bit 29: clang has no
+// __builtin_cpu_supports("f16c"), and this way both compilers build the file.
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 // The table of a variant, or nullptr when this CPU cannot run it.
 const Table* VariantTable(int variant) {
   switch (variant) {
@@ -379,10 +389,9 @@ const Table* VariantTable(int variant) {
       return &kPortableTable;
 #if CHORUS_REDUCE_X86
     case 1:
-      return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c") ? &kAvxTable : nullptr;
+      return __builtin_cpu_supports("avx") && CpuHasF16c() ? &kAvxTable : nullptr;
     case 2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? &kAvx2Table
-                                                                              : nullptr;
+      return __builtin_cpu_supports("avx2") && CpuHasF16c() ? &kAvx2Table : nullptr;
 #endif
     default:
       return nullptr;
