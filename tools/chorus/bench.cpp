@@ -259,7 +259,7 @@ Status BenchRank::BenchSize(size_t op_index, const SizePoint& size) {
 
     std::vector<double> times(static_cast<size_t>(iters));
     for (double& t : times) {
-      CHORUS_RETURN_IF_ERROR(group_.Barrier());
+      CHORUS_RETURN_IF_ERROR(group_.StartTogether());
       const Clock::time_point start = Clock::now();
       const Status status = RunOp(op, where, size);
       t = Seconds(Clock::now() - start);

@@ -67,6 +67,16 @@ class ThreadRankGroup final : public RankGroup {
     if (shared_.stop_) return Aborted("another rank has stopped");
     return Status::Ok();
   }
+  // std::barrier wakes the waiting threads one futex wake-up after the last arrival, so their
+  // timed calls would start microseconds apart and the earliest would time its wait for the
+  // others. A one-element chorus all-reduce after it releases every rank within a spin, as
+  // process ranks are released.
+  Status StartTogether() override {
+    CHORUS_RETURN_IF_ERROR(Barrier());
+    uint32_t token = 0;
+    const Status s = comm().AllReduce(std::span<uint32_t>(&token, 1), ReduceOp::kSum);
+    return s.ok() ? s : Status(s.code(), "sync (start): " + s.message());
+  }
   Status MaxOverRanks(std::span<double> values) override {
     return Combine(values, shared_.doubles_, [](double a, double b) { return std::max(a, b); });
   }

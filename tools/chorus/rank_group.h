@@ -89,6 +89,8 @@ class RankGroup {
 
   // Returns once every rank has called it; an error when the group is failing.
   virtual Status Barrier() = 0;
+  // A barrier that releases the ranks as close together as it can, before a timed call.
+  virtual Status StartTogether() { return Barrier(); }
   // Element-wise maximum / sum over ranks, in place; every rank passes the same length.
   virtual Status MaxOverRanks(std::span<double> values) = 0;
   virtual Status SumOverRanks(std::span<uint64_t> values) = 0;
