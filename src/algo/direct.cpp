@@ -54,17 +54,6 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
   return Status::Ok();
 }
 
-// After sending by reference, the caller's buffers are only free once every peer let go.
-Status FlushAll(Channel& ch) {
-  if (!ch.referenced()) return Status::Ok();
-  const int p = ch.transport().size();
-  const int r = ch.transport().rank();
-  for (int q = 0; q < p; ++q) {
-    if (q != r) CHORUS_RETURN_IF_ERROR(ch.Flush(q));
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
@@ -145,7 +134,7 @@ Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv,
   Channel ch(ctx);
   CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(
       ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
-  return FlushAll(ch);
+  return ch.FlushReferenced();
 }
 
 Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count) {
@@ -153,7 +142,7 @@ Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, siz
   Channel ch(ctx);
   CHORUS_RETURN_IF_ERROR(
       AllGatherPhase(ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
-  return FlushAll(ch);
+  return ch.FlushReferenced();
 }
 
 // Rank r's chunk goes straight to its place in `recv`; the all-gather then runs in place. A
@@ -166,7 +155,7 @@ Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, siz
   Channel ch(ctx);
   CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine));
   CHORUS_RETURN_IF_ERROR(AllGatherPhase(ch, part, mine, recv));
-  return FlushAll(ch);
+  return ch.FlushReferenced();
 }
 
 }  // namespace chorus::internal

@@ -142,6 +142,14 @@ Status Channel::Flush(int peer) {
       peer, [&] { return t_.Drained(peer); }, "the last release from");
 }
 
+Status Channel::FlushReferenced() {
+  if (!referenced_) return Status::Ok();
+  for (int q = 0; q < t_.size(); ++q) {
+    if (q != t_.rank()) CHORUS_RETURN_IF_ERROR(Flush(q));
+  }
+  return Status::Ok();
+}
+
 Primitives::Primitives(const CallContext& ctx, int recv_peer, int send_peer)
     : Channel(ctx), recv_peer_(recv_peer), send_peer_(send_peer) {}
 

@@ -85,6 +85,9 @@ class Channel {
   Status Send(int peer, const void* src, size_t n);
   // Waits until `peer` has released every message, so the caller's buffers may be reused.
   Status Flush(int peer);
+  // Flush(peer) for every peer, once a message pointed at the caller's memory; what an
+  // algorithm that sent by reference does before it returns.
+  Status FlushReferenced();
   // True once a message pointed at the caller's memory (then Flush before returning).
   bool referenced() const { return referenced_; }
 

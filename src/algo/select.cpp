@@ -5,8 +5,10 @@
 #include <array>
 #include <string>
 
+#include "algo/bruck.h"
 #include "algo/direct.h"
 #include "algo/hierarchical.h"
+#include "algo/recursive.h"
 #include "algo/ring.h"
 
 namespace chorus::internal {
@@ -16,6 +18,7 @@ constexpr size_t kOneShotMaxBytes = size_t{16} << 10;
 constexpr size_t kShmDirectMaxBytes = size_t{256} << 10;
 
 bool Always(const CallShapeForSelection&) { return true; }
+bool OnRequest(const CallShapeForSelection&) { return false; }
 // One message latency instead of the ring's 2(p-1). Over TCP too: on loopback, p = 2, 32 B
 // takes 21-43 us one-shot against 21-60 us by ring, and p = 4 205 us against 362 us. MPI
 // keeps the ring (its own small-message paths sit underneath).
@@ -31,7 +34,7 @@ bool DirectFits(const CallShapeForSelection& s) {
          (s.transport == TransportKind::kShm && s.bytes <= kShmDirectMaxBytes);
 }
 
-constexpr std::array<AlgorithmInfo, 8> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 11> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "buffer <= 16 KiB (not MPI)", SmallAllReduce, OneShotAllReduce},
@@ -41,6 +44,12 @@ constexpr std::array<AlgorithmInfo, 8> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "hierarchical",
      "shm reduce-scatter in each host, TCP ring all-reduce across hosts, shm all-gather",
      "ranks on several hosts, the same number (> 1) on each", MultiHost, HierarchicalAllReduce},
+    {CollectiveKind::kAllReduce, "rd",
+     "recursive doubling: log2 p steps, each swapping and combining the whole buffer",
+     "on request", OnRequest, RecursiveDoublingAllReduce},
+    {CollectiveKind::kAllReduce, "rabenseifner",
+     "recursive-halving reduce-scatter then recursive-doubling all-gather; 2 log2 p steps",
+     "on request", OnRequest, RabenseifnerAllReduce},
     {CollectiveKind::kAllReduce, "ring",
      "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
      "otherwise", Always, RingAllReduce},
@@ -52,6 +61,9 @@ constexpr std::array<AlgorithmInfo, 8> kAlgorithms = {{
     {CollectiveKind::kAllGather, "direct",
      "every rank copies every block straight from its owner; 1 step",
      "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectAllGather},
+    {CollectiveKind::kAllGather, "bruck",
+     "Bruck: ceil(log2 p) steps, doubling the blocks each rank holds", "on request", OnRequest,
+     BruckAllGather},
     {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes", "otherwise",
      Always, RingAllGather},
 }};
