@@ -2,6 +2,7 @@
 // the runners that drive a RankBody on each, the watchdog, and the re-exec through chorus launch.
 #include "rank_group.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,10 +12,33 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <utility>
 
 namespace chorus::cli {
 namespace {
+
+// Pins the calling thread to the local_rank-th CPU this process may use, as mpirun binds its
+// ranks. Left alone, the scheduler sometimes stacks two busy ranks on one core while the other
+// idles: a 2-rank 32-byte call then took 3.8 us instead of 0.3. Not when the ranks outnumber
+// the CPUs: 4 ranks pinned in pairs measured 6.0 us against 4.0 us floating.
+// CHORUS_BIND=none leaves the ranks unbound.
+void BindToOwnCore(int local_rank, int local_ranks) {
+  const char* bind = std::getenv("CHORUS_BIND");
+  if (bind != nullptr && std::string_view(bind) == "none") return;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  if (local_ranks > CPU_COUNT(&allowed)) return;
+  int seen = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != local_rank) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(0, sizeof one, &one);  // best effort: unbound ranks still work
+    return;
+  }
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -211,6 +235,7 @@ Status RunThreadRanks(int ranks, const CommOptions& options, const RankBody& bod
     threads.reserve(static_cast<size_t>(ranks));
     for (size_t r = 0; r < comms.size(); ++r) {
       threads.emplace_back([&, r] {
+        BindToOwnCore(static_cast<int>(r), ranks);
         ThreadRankGroup view(comms[r], watchdog, shared);
         results[r] = body(view);
         if (!results[r].ok()) comms[r].Abort();  // peers waiting on this rank return now
@@ -242,6 +267,9 @@ Status RunProcessRank(const CommOptions& base, const RankBody& body,
   options->timeout = std::max(call_timeout, kMinJoinTimeout);
   Result<Communicator> comm = Communicator::Create(*options);
   if (!comm.ok()) return Prefixed(options->rank, comm.status());
+  // Shared-memory ranks run their collectives on this thread alone; TCP ranks have progress
+  // threads started in Create that a binding here would not reach, so they float.
+  if (comm->transport() == TransportKind::kShm) BindToOwnCore(comm->rank(), comm->size());
   Watchdog watchdog(watch, [&comm] { comm->Abort(); });
   ProcessRankGroup group(*comm, watchdog, call_timeout);
   const Status s = body(group);
