@@ -32,7 +32,7 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   Status status;
   if (result == WaitResult::kTimedOut) {
     status = DeadlineExceeded(
-        op + ": " + me + " timed out after " + std::to_string(ctx_.timeout.count()) +
+        op + ": " + me + " timed out after " + std::to_string(ctx_.waiter->timeout().count()) +
         " ms waiting for " + what + " rank " + std::to_string(peer) + " (call #" +
         std::to_string(ctx_.tag.call_index) + ", step " + std::to_string(step_ + 1) + " of " +
         std::to_string(steps_) + ", segment " + std::to_string(segment_ + 1) + " of " +
@@ -61,9 +61,8 @@ template <typename Ready>
 Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
   Transport& t = t_;
   const uint64_t call = ctx_.tag.call_index;
-  const WaitResult r = WaitUntil(
-      ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell(),
-      ctx_.policy, ctx_.deadline);
+  const WaitResult r = ctx_.waiter->Wait(
+      ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell());
   if (r != WaitResult::kReady) return WaitFailed(r, what, peer);
   return Status::Ok();
 }

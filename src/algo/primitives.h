@@ -34,13 +34,12 @@ struct CallContext {
   CallTag tag;
   size_t elem_size = 0;
   size_t segment_elems = 0;  // elements per message
-  Deadline deadline;
-  std::chrono::milliseconds timeout{0};  // for messages
-  std::byte* scratch = nullptr;          // segment_elems elements of this rank's own
-  const void** operands = nullptr;       // room for one pointer per rank
-  Message* messages = nullptr;           // room for one message per rank
-  WaitPolicy policy;
-  Traffic* traffic = nullptr;  // counters of this call's kind
+  // The rank's waits: policy, learnt spin and this call's deadline (Waiter::StartCall).
+  Waiter* waiter = nullptr;
+  std::byte* scratch = nullptr;     // segment_elems elements of this rank's own
+  const void** operands = nullptr;  // room for one pointer per rank
+  Message* messages = nullptr;      // room for one message per rank
+  Traffic* traffic = nullptr;       // counters of this call's kind
 };
 
 // Per-peer operations with waiting, checking and counting; the building block of every

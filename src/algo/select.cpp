@@ -1,5 +1,7 @@
-// The selection table (see select.h). Crossovers were measured on the 2-core development
-// machine with `chorus bench`; docs/algorithms.md has the costs behind them.
+// The selection table (see select.h). The rules say where an algorithm may run at all; where a
+// rule has a size in it, that crossover was measured with `chorus bench` on the 2-core
+// development machine. Between the allowed ones the cost model decides; docs/algorithms.md has
+// the costs behind both.
 #include "algo/select.h"
 
 #include <array>
@@ -10,81 +12,150 @@
 #include "algo/hierarchical.h"
 #include "algo/recursive.h"
 #include "algo/ring.h"
+#include "model/algorithm_cost.h"
+#include "model/tuning.h"
 
 namespace chorus::internal {
 namespace {
 
-constexpr size_t kOneShotMaxBytes = size_t{16} << 10;
+// Crossovers measured with `chorus bench --algo` on the development machine (2 cores; p = 2 and
+// 4, so 4 ranks take turns on the cores). On thread and shm ranks each size range allows one
+// algorithm: there a step's real cost is mostly waiting for a peer to be scheduled, which the
+// alpha-beta-gamma model does not see (at 4 KiB on 4 thread ranks it predicts direct, 3 us,
+// over one-shot, 4 us; one-shot measures 9.9 us and direct 16.1 us).
+//
+// One-shot against everything else: thread ranks at 16 KiB / 64 KiB, p = 4: 15.0 / 38.9 us
+// against direct 19.8 / 35.7 us; shm ranks at 64 KiB: p = 2 10.1 us against the ring's 13.2,
+// p = 4 40.2 us against 46.3.
+constexpr size_t kThreadOneShotMaxBytes = size_t{16} << 10;
+constexpr size_t kShmOneShotMaxBytes = size_t{64} << 10;
+// Through shared memory every pair of ranks in a direct algorithm needs its own staging, and
+// the ring's pipeline wins above this size.
 constexpr size_t kShmDirectMaxBytes = size_t{256} << 10;
 
-bool Always(const CallShapeForSelection&) { return true; }
-bool OnRequest(const CallShapeForSelection&) { return false; }
-// One message latency instead of the ring's 2(p-1). Over TCP too: on loopback, p = 2, 32 B
-// takes 21-43 us one-shot against 21-60 us by ring, and p = 4 205 us against 362 us. MPI
-// keeps the ring (its own small-message paths sit underneath).
-bool SmallAllReduce(const CallShapeForSelection& s) {
-  return s.transport != TransportKind::kMpi && s.bytes <= kOneShotMaxBytes;
+bool IsThread(const CallShapeForSelection& s) { return s.transport == TransportKind::kThread; }
+bool IsShm(const CallShapeForSelection& s) { return s.transport == TransportKind::kShm; }
+bool IsNetwork(const CallShapeForSelection& s) {
+  return s.transport == TransportKind::kTcp || s.transport == TransportKind::kMpi;
+}
+
+// MPI keeps the ring and recursive algorithms: its own small-message paths sit underneath.
+// Over TCP the model weighs one-shot's p - 1 copies against the others' steps.
+bool OneShotFits(const CallShapeForSelection& s) {
+  if (IsThread(s)) return s.bytes <= kThreadOneShotMaxBytes;
+  if (IsShm(s)) return s.bytes <= kShmOneShotMaxBytes;
+  return s.transport == TransportKind::kTcp;
+}
+bool DirectAllReduceFits(const CallShapeForSelection& s) {
+  return IsThread(s) && s.bytes > kThreadOneShotMaxBytes;
 }
 bool MultiHost(const CallShapeForSelection& s) { return s.multi_host; }
-bool ThreadRanks(const CallShapeForSelection& s) { return s.transport == TransportKind::kThread; }
-// Direct RS/AG read peers' buffers in place on threads at any size; through shared memory
-// every pair needs its own staging, so only for small buffers.
-bool DirectFits(const CallShapeForSelection& s) {
-  return s.transport == TransportKind::kThread ||
-         (s.transport == TransportKind::kShm && s.bytes <= kShmDirectMaxBytes);
+bool RingAllReduceFits(const CallShapeForSelection& s) {
+  return IsNetwork(s) || (IsShm(s) && s.bytes > kShmOneShotMaxBytes);
 }
+// The logarithmic algorithms pay off where a message costs tens of microseconds. Through shared
+// memory the ring's fused reduce-and-forward measured faster than the halving and doubling
+// exchanges (1 MiB on 4 ranks: 171 us against 212 us), and thread ranks have the direct
+// algorithms. Across hosts with several ranks each, the hierarchical all-reduce and the ring
+// keep the slow links for one chunk per rank.
+bool Networked(const CallShapeForSelection& s) { return IsNetwork(s) && !s.multi_host; }
+// Direct RS/AG read peers' buffers in place on threads at any size.
+bool DirectFits(const CallShapeForSelection& s) {
+  return IsThread(s) || (IsShm(s) && s.bytes <= kShmDirectMaxBytes);
+}
+bool RingFits(const CallShapeForSelection& s) { return !DirectFits(s); }
 
 constexpr std::array<AlgorithmInfo, 11> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
-     "buffer <= 16 KiB (not MPI)", SmallAllReduce, OneShotAllReduce},
+     "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce},
     {CollectiveKind::kAllReduce, "direct",
      "direct reduce-scatter (chunks read in place) then direct all-gather; 2 steps",
-     "thread ranks, larger buffers", ThreadRanks, DirectAllReduce},
+     "thread ranks > 16 KiB", DirectAllReduceFits, DirectAllReduce},
     {CollectiveKind::kAllReduce, "hierarchical",
      "shm reduce-scatter in each host, TCP ring all-reduce across hosts, shm all-gather",
      "ranks on several hosts, the same number (> 1) on each", MultiHost, HierarchicalAllReduce},
-    {CollectiveKind::kAllReduce, "rd",
-     "recursive doubling: log2 p steps, each swapping and combining the whole buffer",
-     "on request", OnRequest, RecursiveDoublingAllReduce},
-    {CollectiveKind::kAllReduce, "rabenseifner",
-     "recursive-halving reduce-scatter then recursive-doubling all-gather; 2 log2 p steps",
-     "on request", OnRequest, RabenseifnerAllReduce},
     {CollectiveKind::kAllReduce, "ring",
      "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
-     "otherwise", Always, RingAllReduce},
+     "shm ranks > 64 KiB; TCP and MPI ranks", RingAllReduceFits, RingAllReduce},
+    {CollectiveKind::kAllReduce, "rabenseifner",
+     "recursive-halving reduce-scatter then recursive-doubling all-gather; 2 log2 p steps",
+     "TCP or MPI ranks, one per host or all on one", Networked, RabenseifnerAllReduce},
+    {CollectiveKind::kAllReduce, "rd",
+     "recursive doubling: log2 p steps, each swapping and combining the whole buffer",
+     "TCP or MPI ranks, one per host or all on one", Networked, RecursiveDoublingAllReduce},
     {CollectiveKind::kReduceScatter, "direct",
      "rank r reduces chunk r of every input (read in place on threads); 1 step",
      "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectReduceScatter},
     {CollectiveKind::kReduceScatter, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
-     "otherwise", Always, RingReduceScatter},
+     "where direct is not", RingFits, RingReduceScatter},
     {CollectiveKind::kAllGather, "direct",
      "every rank copies every block straight from its owner; 1 step",
      "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectAllGather},
+    {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
+     "where direct is not", RingFits, RingAllGather},
     {CollectiveKind::kAllGather, "bruck",
-     "Bruck: ceil(log2 p) steps, doubling the blocks each rank holds", "on request", OnRequest,
-     BruckAllGather},
-    {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes", "otherwise",
-     Always, RingAllGather},
+     "Bruck: ceil(log2 p) steps, doubling the blocks each rank holds",
+     "TCP or MPI ranks, one per host or all on one", Networked, BruckAllGather},
 }};
+
+// The allowed algorithm predicted fastest; the ring when no rule allows any (a transport the
+// rules do not know).
+const AlgorithmInfo* Cheapest(const CallShapeForSelection& shape) {
+  const AlgorithmInfo* best = nullptr;
+  const AlgorithmInfo* ring = nullptr;
+  double best_seconds = 0;
+  for (const AlgorithmInfo& info : kAlgorithms) {
+    if (info.kind != shape.kind) continue;
+    if (info.name == "ring") ring = &info;
+    if (!info.allowed(shape)) continue;
+    const double seconds = PredictedSeconds(info, shape);
+    if (best == nullptr || seconds < best_seconds) {
+      best = &info;
+      best_seconds = seconds;
+    }
+  }
+  return best != nullptr ? best : ring;
+}
 
 }  // namespace
 
 std::span<const AlgorithmInfo> Algorithms() { return kAlgorithms; }
 
+double PredictedSeconds(const AlgorithmInfo& info, const CallShapeForSelection& shape) {
+  static const model::Tuning defaults = model::DefaultTuning();
+  const model::MachineParams& params =
+      shape.params != nullptr ? *shape.params : defaults.For(shape.transport);
+  return model::PredictSeconds(info.kind, info.name, shape.ranks, static_cast<double>(shape.bytes),
+                               params, shape.cores);
+}
+
 Result<const AlgorithmInfo*> SelectAlgorithm(const CallShapeForSelection& shape,
                                              std::string_view requested) {
-  for (const AlgorithmInfo& info : Algorithms()) {
-    if (info.kind != shape.kind) continue;
-    if (requested.empty() ? info.picks(shape) : info.name == requested) return &info;
+  if (requested.empty()) return Cheapest(shape);
+  for (const AlgorithmInfo& info : kAlgorithms) {
+    if (info.kind == shape.kind && info.name == requested) return &info;
   }
   // Only the error path builds strings: selection runs on every call.
   std::string names;
-  for (const AlgorithmInfo& info : Algorithms()) {
+  for (const AlgorithmInfo& info : kAlgorithms) {
     if (info.kind == shape.kind) names += (names.empty() ? "" : ", ") + std::string(info.name);
   }
   return InvalidArgument(std::string(CollectiveKindName(shape.kind)) + ": algorithm \"" +
                          std::string(requested) + "\" is not one of: " + names);
+}
+
+Result<const AlgorithmInfo*> Selector::Pick(CollectiveKind kind, size_t bytes,
+                                            std::string_view requested) {
+  shape_.kind = kind;
+  shape_.bytes = bytes;
+  if (!requested.empty()) return SelectAlgorithm(shape_, requested);
+  for (const Recent& recent : recent_) {
+    if (recent.info != nullptr && recent.kind == kind && recent.bytes == bytes) return recent.info;
+  }
+  const AlgorithmInfo* info = Cheapest(shape_);
+  recent_[next_++ % recent_.size()] = {kind, bytes, info};
+  return info;
 }
 
 }  // namespace chorus::internal

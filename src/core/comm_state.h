@@ -4,17 +4,22 @@
 #pragma once
 
 #include <memory>
-#include <vector>
 
+#include "algo/select.h"
 #include "chorus/communicator.h"
 #include "core/wait.h"
+#include "model/cost_model.h"
 #include "transport/transport.h"
 
 namespace chorus::internal {
 
-class CommState {
+// Cache-line aligned (and so padded): thread ranks' states are allocated one after another, and
+// a line shared with a neighbour's per-call writes would bounce between cores on every call.
+class alignas(64) CommState {
  public:
-  CommState(std::unique_ptr<Transport> transport, TransportKind kind, const CommOptions& options);
+  // `params`: the transport's calibrated costs (model::ActiveTuning()), for the selection.
+  CommState(std::unique_ptr<Transport> transport, TransportKind kind, const CommOptions& options,
+            const model::MachineParams& params);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -37,13 +42,19 @@ class CommState {
   std::unique_ptr<Transport> transport_;
   TransportKind kind_;
   CommOptions options_;
-  WaitPolicy policy_;
+  Waiter waiter_;
+  Selector selector_;
   Status sticky_;
   // Working memory of the algorithms, allocated once: one segment for reducing in place, and
   // one operand pointer and message per rank for the direct algorithms.
-  std::unique_ptr<std::byte[]> scratch_;
-  std::vector<const void*> operands_;
-  std::vector<Message> messages_;
+  // All three in one allocation of whole cache lines, for the reason CommState is aligned.
+  struct alignas(64) Line {
+    std::byte bytes[64];
+  };
+  std::unique_ptr<Line[]> workspace_;
+  std::byte* scratch_ = nullptr;
+  const void** operands_ = nullptr;
+  Message* messages_ = nullptr;
   uint64_t calls_ = 0;  // every call, rejected ones included: ranks agree on it
   TrafficCounters traffic_;
 };

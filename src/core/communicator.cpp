@@ -1,30 +1,64 @@
 // Communicator: the API edge. Validates once, then hands the call to an algorithm.
 #include "chorus/communicator.h"
 
-#include <cstring>
+#include <sched.h>
+
+#include <algorithm>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "algo/primitives.h"
 #include "algo/select.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
+#include "model/tuning.h"
 #include "reduce/reduce.h"
 #include "transport/thread/thread_transport.h"
 
 namespace chorus {
 namespace internal {
+namespace {
+
+// The cores the job's ranks share, assuming every host has as many as this one: the cost
+// model makes data movement dearer when ranks take turns on the cores.
+int JobCores(const Transport& t) {
+  cpu_set_t set;
+  const int here = sched_getaffinity(0, sizeof set, &set) == 0
+                       ? CPU_COUNT(&set)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, here) * t.size() / std::max(1, t.ranks_on_host());
+}
+
+}  // namespace
 
 CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
-                     const CommOptions& options)
+                     const CommOptions& options, const model::MachineParams& params)
     : transport_(std::move(transport)),
       kind_(kind),
       options_(options),
-      policy_(transport_->rings_doorbell() ? WaitPolicy::For(transport_->ranks_on_host())
+      waiter_(transport_->rings_doorbell() ? WaitPolicy::For(transport_->ranks_on_host())
                                            : WaitPolicy::PollOnly()),
-      scratch_(std::make_unique<std::byte[]>(transport_->slot_bytes())),
-      operands_(static_cast<size_t>(transport_->size())),
-      messages_(static_cast<size_t>(transport_->size())) {
-  std::memset(scratch_.get(), 0, transport_->slot_bytes());  // touch it now, not mid-call
+      selector_({.kind = CollectiveKind::kAllReduce,
+                 .transport = kind,
+                 .ranks = transport_->size(),
+                 .bytes = 0,
+                 .multi_host = transport_->hosts() != nullptr,
+                 .cores = JobCores(*transport_)},
+                params) {
+  const auto p = static_cast<size_t>(transport_->size());
+  const auto lines = [](size_t bytes) { return (bytes + sizeof(Line) - 1) / sizeof(Line); };
+  const size_t operand_lines = lines(p * sizeof(const void*));
+  const size_t message_lines = lines(p * sizeof(Message));
+  workspace_ =
+      std::make_unique<Line[]>(operand_lines + message_lines + lines(transport_->slot_bytes()));
+  // make_unique value-initialised (so touched) every line now, not mid-call.
+  operands_ = reinterpret_cast<const void**>(workspace_[0].bytes);
+  std::uninitialized_value_construct_n(operands_, p);
+  messages_ = reinterpret_cast<Message*>(workspace_[operand_lines].bytes);
+  std::uninitialized_value_construct_n(messages_, p);
+  scratch_ = workspace_[operand_lines + message_lines].bytes;
 }
 
 Status CommState::health() const {
@@ -49,6 +83,7 @@ void CommState::Quiesce(uint64_t call) {
   }
 }
 
+
 void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }
@@ -59,7 +94,9 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   if (!sticky_.ok()) return sticky_;
   // The recorded failure only: a peer that already left is no reason to refuse a call that
   // may not need it (a zero count); waits notice dead peers they depend on.
-  if (const Status cause = transport_->failure(); !cause.ok()) {
+  // failed() first: failure() reads the clock (it waits out a half-written record).
+  if (transport_->failed()) {
+    const Status cause = transport_->failure();
     sticky_ =
         Status(cause.code(), std::string(CollectiveKindName(kind)) + ": rank " +
                                  std::to_string(rank()) + " cannot start: " + cause.message());
@@ -75,8 +112,7 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   const size_t total = kind == CollectiveKind::kAllGather ? recv.count : send.count;
   const size_t elem = DataTypeSize(send.dtype);
   const std::string& requested = options.algorithm.empty() ? options_.algorithm : options.algorithm;
-  auto algorithm = SelectAlgorithm(
-      {kind, kind_, size(), total * elem, transport_->hosts() != nullptr}, requested);
+  auto algorithm = selector_.Pick(kind, total * elem, requested);
   if (!algorithm.ok()) {
     transport_->Reject(call, algorithm.status().message());
     return algorithm.status();
@@ -98,13 +134,12 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
                     static_cast<uint8_t>(*algorithm - Algorithms().data())};
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
-  ctx.deadline = DeadlineAfter(timeout);
-  ctx.timeout = timeout;
-  ctx.policy = policy_;
+  waiter_.StartCall(timeout);  // the deadline is fixed by the first wait that reads the clock
+  ctx.waiter = &waiter_;
   ctx.traffic = &traffic;
-  ctx.scratch = scratch_.get();
-  ctx.operands = operands_.data();
-  ctx.messages = messages_.data();
+  ctx.scratch = scratch_;
+  ctx.operands = operands_;
+  ctx.messages = messages_;
 
   const Status status = (*algorithm)->run(ctx, send.data, recv.data, total);
   transport_->Leave();
@@ -155,14 +190,18 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   if (options.transport != TransportKind::kAuto && options.transport != TransportKind::kThread) {
     return InvalidArgument("CreateLocalGroup: options.transport must be kAuto or kThread");
   }
+  auto tuning = model::ActiveTuning();
+  if (!tuning.ok()) {
+    return Status(tuning.status().code(), "CreateLocalGroup: " + tuning.status().message());
+  }
   auto group =
       std::make_shared<internal::ThreadGroup>(n, options.segment_bytes, options.pipeline_depth);
   std::vector<Communicator> comms;
   comms.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto transport = std::make_unique<internal::ThreadTransport>(group, r);
-    comms.emplace_back(std::make_unique<internal::CommState>(std::move(transport),
-                                                             TransportKind::kThread, options));
+    comms.emplace_back(std::make_unique<internal::CommState>(
+        std::move(transport), TransportKind::kThread, options, tuning->For(TransportKind::kThread)));
   }
   return comms;
 }

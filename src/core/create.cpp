@@ -23,6 +23,7 @@
 #include "chorus/communicator.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
+#include "model/tuning.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/bootstrap.h"
 #include "transport/hybrid/hybrid_transport.h"
@@ -213,6 +214,9 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
         "Create: options.transport is kMpi: use chorus::CreateMpiCommunicator (chorus/mpi.h, "
         "built with CHORUS_WITH_MPI)");
   }
+  // Before anything is sent: a malformed tuning file stops every rank the same way.
+  auto tuning = model::ActiveTuning();
+  if (!tuning.ok()) return Status(tuning.status().code(), "Create: " + tuning.status().message());
   const Deadline deadline = internal::DeadlineAfter(options.timeout);
 
   std::unique_ptr<TcpStoreServer> server;
@@ -323,7 +327,8 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     }
   }
   if (!transport.ok()) return transport.status();
-  auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options);
+  auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
+                                                     tuning->For(kind));
   state->HostStore(std::move(server));
   return Communicator(std::move(state));
 }

@@ -86,13 +86,17 @@ TEST(MpiCreate, RankSizeAndTransportComeFromTheCommunicator) {
   EXPECT_EQ(TransportKindName(comm.transport()), "mpi");
 }
 
-TEST(MpiCreate, SelectionPicksTheRingForEverySize) {
+// MPI keeps its own small-message paths underneath: never one-shot, never the direct algorithms
+// (they read peers' memory); between the ring and the logarithmic ones the cost model decides.
+TEST(MpiCreate, SelectionKeepsToPointToPointAlgorithms) {
   for (CollectiveKind kind :
        {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
     for (size_t bytes : {size_t{0}, size_t{8}, size_t{4} << 10, size_t{64} << 20}) {
       auto picked = internal::SelectAlgorithm({kind, TransportKind::kMpi, WorldSize(), bytes}, "");
       ASSERT_TRUE(picked.ok()) << picked.status();
-      EXPECT_EQ((*picked)->name, "ring") << CollectiveKindName(kind) << " " << bytes << " bytes";
+      const std::string name((*picked)->name);
+      EXPECT_TRUE(name == "ring" || name == "rd" || name == "rabenseifner" || name == "bruck")
+          << CollectiveKindName(kind) << " " << bytes << " bytes: " << name;
     }
   }
 }

@@ -495,7 +495,7 @@ int RunBenchRanks(const BenchConfig& cfg) {
 
 void PrintAlgorithms() {
   std::vector<std::array<std::string, 4>> rows = {
-      {"# collective", "name", "selected when", "what it does"}};
+      {"# collective", "name", "allowed when", "what it does"}};
   for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
     rows.push_back({std::string(CollectiveKindName(info.kind)), std::string(info.name),
                     std::string(info.rule), std::string(info.description)});
@@ -510,8 +510,8 @@ void PrintAlgorithms() {
                 row[2].c_str(), row[3].c_str());
   }
   std::printf(
-      "# The first entry of a collective whose rule matches is picked; --algo NAME forces "
-      "one.\n");
+      "# Of the entries whose rule allows a call, the one the cost model predicts fastest runs\n"
+      "# (see `chorus model`; ties go to the earlier entry); --algo NAME forces one.\n");
 }
 
 }  // namespace

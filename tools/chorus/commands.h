@@ -9,5 +9,7 @@ namespace chorus::cli {
 void AddDemoCommand(CLI::App& app, int& exit_code);
 void AddBenchCommand(CLI::App& app, int& exit_code);
 void AddLaunchCommand(CLI::App& app, int& exit_code);
+void AddTuneCommand(CLI::App& app, int& exit_code);
+void AddModelCommand(CLI::App& app, int& exit_code);
 
 }  // namespace chorus::cli

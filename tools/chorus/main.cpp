@@ -1,4 +1,4 @@
-// chorus: the command-line front end (demo, bench).
+// chorus: the command-line front end (demo, bench, launch, tune, model).
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
   chorus::cli::AddDemoCommand(app, exit_code);
   chorus::cli::AddBenchCommand(app, exit_code);
   chorus::cli::AddLaunchCommand(app, exit_code);
+  chorus::cli::AddTuneCommand(app, exit_code);
+  chorus::cli::AddModelCommand(app, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -9,6 +9,7 @@
 #include "chorus/mpi.h"
 #include "core/check.h"
 #include "core/comm_state.h"
+#include "model/tuning.h"
 #include "core/validate.h"
 
 namespace chorus::internal {
@@ -594,11 +595,16 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   }
   CHORUS_RETURN_IF_ERROR(Agree(comm, rank, local, options));
 
+  auto tuning = model::ActiveTuning();
+  if (!tuning.ok()) {
+    return Status(tuning.status().code(), "CreateMpiCommunicator: " + tuning.status().message());
+  }
   auto transport = internal::MpiTransport::Connect(comm, options.segment_bytes,
                                                    options.pipeline_depth, options.timeout);
   if (!transport.ok()) return transport.status();
-  return Communicator(std::make_unique<internal::CommState>(std::move(transport).value(),
-                                                            TransportKind::kMpi, options));
+  return Communicator(std::make_unique<internal::CommState>(
+      std::move(transport).value(), TransportKind::kMpi, options,
+      tuning->For(TransportKind::kMpi)));
 }
 
 }  // namespace chorus

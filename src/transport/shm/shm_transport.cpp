@@ -276,10 +276,14 @@ void* ShmTransport::TryReserve(int peer) {
 }
 
 void ShmTransport::Post(int peer, const Message& m) {
-  // Not zero-copy: every message must sit in this rank's staging for `peer`.
-  CHORUS_CHECK(static_cast<const std::byte*>(m.data) >= slot(rank_, peer, 0) &&
-               static_cast<const std::byte*>(m.data) + m.bytes <=
-                   slot(rank_, peer, 0) + static_cast<size_t>(depth_) * RoundUp(slot_bytes_, 64));
+  // Not zero-copy: every message must sit in this rank's own staging. Usually that is the slot
+  // reserved for `peer`; a slot filled once for several peers (a broadcast, each post after
+  // TryCredit(peer)) sits in the staging of whichever peer it was reserved for. Receivers only
+  // ever read this rank's staging, so any slot in its row is safe to hand out.
+  const size_t row =
+      static_cast<size_t>(size_) * static_cast<size_t>(depth_) * RoundUp(slot_bytes_, 64);
+  CHORUS_CHECK(static_cast<const std::byte*>(m.data) >= slot(rank_, 0, 0) &&
+               static_cast<const std::byte*>(m.data) + m.bytes <= slot(rank_, 0, 0) + row);
   const auto offset = static_cast<uint64_t>(static_cast<const std::byte*>(m.data) - base_);
   box(rank_, peer).Post({offset, m.bytes, m.tag}, depth_);
   control_.bell(peer).Ring();

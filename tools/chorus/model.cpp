@@ -1,0 +1,267 @@
+// chorus model: the cost model next to the measurement, for one collective shape.
+//
+//   chorus model --op allreduce -n 4 --bytes 1M --transport shm
+//   chorus model --op allgather -n 3 --bytes 64K --no-measure
+//
+// One row per algorithm of the collective: the model's steps and bytes per rank, its predicted
+// time (model/algorithm_cost.h, with the parameters of the tuning in use: the tuning file or the
+// built-in defaults), the median measured by `chorus bench --algo NAME --csv` in a child process
+// (bench_child.h; skipped with --no-measure), and whether the selection rule allows it for this
+// shape. The last lines say which algorithm the library's selection (src/algo/select.h) picks
+// for the shape and why, and which allowed algorithm the model predicts fastest.
+//
+// Algorithms the model knows but this build's selection table lacks are listed as "not in
+// library", without a measurement. The size is rounded as `chorus bench` rounds it (a whole
+// number of float32 elements per rank), and the prediction uses the rounded size.
+#include <sched.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "algo/select.h"
+#include "bench_child.h"
+#include "bench_config.h"
+#include "chorus/chorus.h"
+#include "commands.h"
+#include "model/algorithm_cost.h"
+#include "model/tuning.h"
+#include "rank_group.h"
+
+namespace chorus::cli {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct ModelFlags {
+  std::string op = "allreduce";
+  int ranks = 2;
+  std::string bytes = "1M";
+  std::string transport = "thread";
+  bool measure = true;
+  int iters = 30;
+};
+
+struct Row {
+  std::string name;
+  const internal::AlgorithmInfo* info = nullptr;  // nullptr: not in this build's table
+  std::optional<model::AlgorithmTerms> terms;
+  double predicted_s = -1;
+  std::optional<double> measured_s;
+  std::string measure_error;
+  bool allowed = false;  // the selection rule accepts this shape
+};
+
+std::string Micros(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), seconds >= 1e-2 ? "%.0f" : "%.2f", seconds * 1e6);
+  return buf;
+}
+
+Result<double> MeasureAlgorithm(const ModelFlags& flags, BenchOp op, std::string_view name,
+                                size_t bytes) {
+  Result<BenchChildOutput> out =
+      RunBenchChild({"--transport", flags.transport, "-n", std::to_string(flags.ranks), "--op",
+                     std::string(BenchOpName(op)), "--algo", std::string(name), "--sizes",
+                     std::to_string(bytes), "--iters", std::to_string(flags.iters), "-w", "3"});
+  if (!out.ok()) return out.status();
+  if (out->rows.size() != 1) return Internal("chorus bench printed no timing");
+  return out->rows.front().median_us * 1e-6;
+}
+
+int RunModel(const ModelFlags& flags) {
+  const std::optional<BenchOp> op = ParseBenchOp(flags.op);
+  const std::optional<size_t> requested_bytes = ParseBytes(flags.bytes);
+  const std::optional<TransportKind> transport = ParseCliTransport(flags.transport);
+  std::string usage;
+  if (!op) {
+    usage = "--op: unknown collective '" + flags.op + "' (allreduce, reducescatter, allgather)";
+  }
+  if (!requested_bytes || *requested_bytes == 0) {
+    usage = "--bytes: '" + flags.bytes + "' is not a positive size (4, 1K, 1M, 64M)";
+  }
+  if (!transport) usage = "--transport: unknown transport '" + flags.transport + "'";
+  if (flags.ranks < 1 || flags.ranks > 1024) usage = "-n: ranks must be in [1, 1024]";
+  if (flags.iters < 1) usage = "--iters: must be at least 1";
+  if (!usage.empty()) {
+    std::fprintf(stderr, "chorus model: %s\n", usage.c_str());
+    return kExitUsage;
+  }
+  const CollectiveKind kind = KindOf(*op);
+
+  // The size as chorus bench runs it: whole float32 elements, a multiple of p for RS and AG.
+  BenchConfig sizing;
+  sizing.sizes = {*requested_bytes};
+  const std::vector<SizePoint> points = MakeSizes(sizing, *op, flags.ranks);
+  const size_t bytes = points.front().total * DataTypeSize(sizing.dtype);
+
+  Result<model::Tuning> tuning = model::ActiveTuning();
+  if (!tuning.ok()) {
+    std::fprintf(stderr, "chorus model: %s\n(run chorus tune to rewrite it)\n",
+                 tuning.status().message().c_str());
+    return kExitFailed;
+  }
+  const model::MachineParams& params = tuning->For(*transport);
+  // The cores this process may run on, as the library counts them for a one-host job.
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0
+                        ? CPU_COUNT(&set)
+                        : static_cast<int>(std::thread::hardware_concurrency());
+  const double oversubscription = model::OversubscriptionFactor(flags.ranks, cores);
+
+  // The shape a communicator of these ranks would select with (one host).
+  const internal::CallShapeForSelection shape{.kind = kind,
+                                              .transport = *transport,
+                                              .ranks = flags.ranks,
+                                              .bytes = bytes,
+                                              .multi_host = false,
+                                              .cores = cores,
+                                              .params = &params};
+  std::vector<Row> rows;
+  for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
+    if (info.kind != kind) continue;
+    rows.push_back({.name = std::string(info.name), .info = &info, .allowed = info.allowed(shape)});
+  }
+  for (std::string_view name : model::ModeledAlgorithms(kind)) {
+    const bool listed =
+        std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.name == name; });
+    if (!listed) rows.push_back({.name = std::string(name)});
+  }
+
+  std::printf("# chorus model: %s, %d ranks, %zu B (float32), transport %s, %d cores\n",
+              std::string(BenchOpName(*op)).c_str(), flags.ranks, bytes, flags.transport.c_str(),
+              cores);
+  std::printf("# parameters (%s) from %s: alpha %.3g us, beta %.3g GB/s, gamma %.3g GB/s\n",
+              flags.transport.c_str(), tuning->source.c_str(), params.alpha_s * 1e6,
+              1e-9 / params.beta_s_per_byte, 1e-9 / params.gamma_s_per_byte);
+  if (oversubscription > 1) {
+    std::printf("# %d ranks on %d cores: every term is scaled by %.3g\n",
+                flags.ranks, cores, oversubscription);
+  }
+  std::fflush(stdout);
+
+  for (Row& row : rows) {
+    row.terms = model::Terms(kind, row.name, flags.ranks);
+    row.predicted_s = model::PredictSeconds(kind, row.name, flags.ranks, static_cast<double>(bytes),
+                                            params, cores);
+    if (!flags.measure || row.info == nullptr) continue;
+    Result<double> measured = MeasureAlgorithm(flags, *op, row.name, bytes);
+    if (measured.ok()) {
+      row.measured_s = *measured;
+    } else {
+      row.measure_error = measured.status().message();
+    }
+  }
+
+  std::printf("# %-13s %6s %14s %14s %13s %7s  %s\n", "algorithm", "steps", "sent/rank(B)",
+              "predicted(us)", "measured(us)", "ratio", "rule");
+  for (const Row& row : rows) {
+    const std::string steps = row.terms ? std::to_string(static_cast<long>(row.terms->steps)) : "-";
+    char sent[32] = "-";
+    if (row.terms) std::snprintf(sent, sizeof(sent), "%.0f", row.terms->sent * bytes);
+    const std::string predicted = row.predicted_s >= 0 ? Micros(row.predicted_s) : "no model";
+    std::string measured = "-";
+    std::string ratio = "-";
+    if (row.measured_s) {
+      measured = Micros(*row.measured_s);
+      if (row.predicted_s > 0) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.2f", *row.measured_s / row.predicted_s);
+        ratio = buf;
+      }
+    } else if (!row.measure_error.empty()) {
+      measured = "failed";
+    }
+    const char* rule = row.info == nullptr ? "not in library" : row.allowed ? "applies" : "no";
+    std::printf("  %-13s %6s %14s %14s %13s %7s  %s\n", row.name.c_str(), steps.c_str(), sent,
+                predicted.c_str(), measured.c_str(), ratio.c_str(), rule);
+  }
+  for (const Row& row : rows) {
+    if (!row.measure_error.empty()) {
+      std::printf("# %s: measurement failed: %s\n", row.name.c_str(), row.measure_error.c_str());
+    }
+  }
+
+  // The "why": the pick, the rules, and the model's opinion among the allowed algorithms.
+  Result<const internal::AlgorithmInfo*> pick = internal::SelectAlgorithm(shape, "");
+  if (!pick.ok()) {
+    std::printf("selection: %s\n", pick.status().message().c_str());
+    return kExitFailed;
+  }
+  const internal::AlgorithmInfo& chosen = **pick;
+  std::string allowed;
+  const Row* cheapest = nullptr;
+  for (const Row& row : rows) {
+    if (!row.allowed) continue;
+    allowed += (allowed.empty() ? "" : ", ") + row.name;
+    if (row.predicted_s >= 0 && (cheapest == nullptr || row.predicted_s < cheapest->predicted_s)) {
+      cheapest = &row;
+    }
+  }
+  std::printf("selector picks %s: %s\n", std::string(chosen.name).c_str(),
+              std::string(chosen.description).c_str());
+  const double chosen_s = model::PredictSeconds(kind, chosen.name, flags.ranks,
+                                                static_cast<double>(bytes), params, cores);
+  if (cheapest != nullptr && cheapest->name == chosen.name) {
+    std::printf(
+        "  why: its rule \"%s\" allows this shape, and of the allowed algorithms (%s) "
+        "the model predicts it fastest, %s us\n",
+        std::string(chosen.rule).c_str(), allowed.c_str(), Micros(chosen_s).c_str());
+  } else if (cheapest != nullptr) {
+    std::printf(
+        "  its rule \"%s\" allows this shape; of the allowed algorithms (%s) the model "
+        "predicts %s fastest, %s us against %s us\n",
+        std::string(chosen.rule).c_str(), allowed.c_str(), cheapest->name.c_str(),
+        Micros(cheapest->predicted_s).c_str(), Micros(chosen_s).c_str());
+  }
+  for (const Row& row : rows) {
+    if (row.info != nullptr && !row.allowed) {
+      std::printf("  %s is ruled out: its rule is \"%s\"\n", row.name.c_str(),
+                  std::string(row.info->rule).c_str());
+    }
+  }
+  if (const char* env = std::getenv("CHORUS_ALGO"); env != nullptr && *env != '\0') {
+    std::printf(
+        "  note: CHORUS_ALGO=%s is set; communicators created from the environment run "
+        "that instead\n",
+        env);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddModelCommand(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ModelFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "model",
+      "Print each algorithm's predicted time (calibrated cost model), its measured time, and "
+      "the algorithm the selection picks, for one collective shape");
+  sub->add_option("--op", flags->op, "collective: allreduce, reducescatter or allgather")
+      ->capture_default_str();
+  sub->add_option("-n,--ranks", flags->ranks, "ranks")->capture_default_str();
+  sub->add_option("-b,--bytes", flags->bytes,
+                  "total buffer bytes (all-reduce buffer, reduce-scatter input, all-gather "
+                  "output); K, M, G are powers of 1024")
+      ->capture_default_str();
+  sub->add_option("-t,--transport", flags->transport, "thread, shm or tcp")->capture_default_str();
+  sub->add_flag("--measure,!--no-measure", flags->measure,
+                "time each algorithm with chorus bench (default), or only predict");
+  sub->add_option("--iters", flags->iters, "timed calls per algorithm")->capture_default_str();
+  sub->footer(
+      "Predictions use the tuning file ($CHORUS_TUNING_FILE, $XDG_CONFIG_HOME/chorus/tuning.conf "
+      "or ~/.config/chorus/tuning.conf, written by chorus tune) or the built-in defaults.\n"
+      "Exit status: 0 ok, 1 the tuning file is malformed or the selection failed, 2 bad "
+      "arguments.");
+  sub->callback([flags, &exit_code] { exit_code = RunModel(*flags); });
+}
+
+}  // namespace chorus::cli
