@@ -146,6 +146,17 @@ TEST(Select, MeasuredRangesOnThreadAndShmRanks) {
       }
     }
   }
+  // Large shm all-gathers broadcast each block from one staging slot from 3 ranks on.
+  for (const model::MachineParams& params : extremes) {
+    CallShapeForSelection shape =
+        Shape(CollectiveKind::kAllGather, TransportKind::kShm, 2, size_t{64} << 20);
+    shape.params = &params;
+    EXPECT_EQ(Pick(shape), "ring");
+    shape.ranks = 4;
+    EXPECT_EQ(Pick(shape), "direct");
+    shape.bytes = size_t{1} << 20;
+    EXPECT_EQ(Pick(shape), "ring");
+  }
 }
 
 TEST(Select, RequestedByNameOrAClearError) {

@@ -97,6 +97,52 @@ INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
                            return testing::MatrixName(param_info.param);
                          });
 
+// The direct all-gather posts one staging slot to every peer (Channel::SendToAll) and flushes
+// before it returns; calls with other algorithms on the same links then reuse those slots.
+// Alternating them, with every rank's data distinct per call, catches a slot overwritten while
+// a slow peer still reads it.
+TEST(ShmSharedSlots, BroadcastsAndRingsAlternateOnOneCommunicator) {
+  const TempDir dir;
+  for (int p : {3, 4}) {
+    const auto exits = ForkRanks(p, [&](int rank) -> std::string {
+      CommOptions o = ShmOptions(rank, p, dir.url());
+      o.name = "alternate" + std::to_string(p);
+      o.segment_bytes = 64 << 10;  // several segments per block, more slot reuse
+      auto comm = Communicator::Create(o);
+      if (!comm.ok()) return comm.status().ToString();
+      const size_t block = (300 << 10) / sizeof(float);
+      std::vector<float> mine(block);
+      std::vector<float> all(block * static_cast<size_t>(p));
+      for (int call = 0; call < 12; ++call) {
+        for (size_t i = 0; i < block; ++i) {
+          mine[i] = static_cast<float>((call * 7 + rank * 131 + static_cast<int>(i)) % 4096);
+        }
+        CallOptions options;
+        options.algorithm = call % 3 == 2 ? "ring" : "direct";
+        if (Status s = comm->AllGather(std::span<const float>(mine), std::span<float>(all),
+                                       options);
+            !s.ok()) {
+          return s.ToString();
+        }
+        for (int q = 0; q < p; ++q) {
+          for (size_t i = 0; i < block; i += 97) {
+            const float want =
+                static_cast<float>((call * 7 + q * 131 + static_cast<int>(i)) % 4096);
+            if (all[static_cast<size_t>(q) * block + i] != want) {
+              return "call " + std::to_string(call) + " (" + options.algorithm + "): block " +
+                     std::to_string(q) + " element " + std::to_string(i) + " is " +
+                     std::to_string(all[static_cast<size_t>(q) * block + i]) + ", want " +
+                     std::to_string(want);
+            }
+          }
+        }
+      }
+      return "";
+    });
+    ExpectAllOk(exits);
+  }
+}
+
 TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
   const TempDir dir;
   const auto exits = ForkRanks(3, [&](int rank) -> std::string {

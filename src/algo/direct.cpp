@@ -110,17 +110,15 @@ Status AllGatherPhase(Channel& ch, const Partition& part, const void* mine, void
     const size_t n = part.SegmentSize(r, seg);
     const void* in = Advance(mine, part.SegmentOffset(r, seg) - part.Offset(r), ctx.elem_size);
     void* in_out = Advance(recv, part.SegmentOffset(r, seg), ctx.elem_size);
-    if (in != in_out && n > 0) std::memcpy(in_out, in, n * ctx.elem_size);
+    if (in != in_out) ch.CopyOut(in_out, in, n * ctx.elem_size);
     ch.SetStep(0, 2);
-    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.Send((r + i) % p, in, n));
+    CHORUS_RETURN_IF_ERROR(ch.SendToAll(in, n));
     ch.SetStep(1, 2);
     for (int i = 1; i < p; ++i) {
       const int q = (r + p - i) % p;
       Message m;
       CHORUS_RETURN_IF_ERROR(ch.Await(q, part.SegmentSize(q, seg), &m));
-      if (m.bytes > 0) {
-        std::memcpy(Advance(recv, part.SegmentOffset(q, seg), ctx.elem_size), m.data, m.bytes);
-      }
+      ch.CopyOut(Advance(recv, part.SegmentOffset(q, seg), ctx.elem_size), m.data, m.bytes);
       ch.Done(q, m);
     }
   }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "algo/select.h"
+#include "core/stream_copy.h"
 
 namespace chorus::internal {
 
@@ -24,7 +25,14 @@ std::string Describe(const CallTag& tag) {
   return s + ")";
 }
 
-Channel::Channel(const CallContext& ctx) : ctx_(ctx), t_(*ctx.transport) {}
+Channel::Channel(const CallContext& ctx)
+    : ctx_(ctx),
+      t_(*ctx.transport),
+      stream_(StreamOutputs(ctx.tag.count * ctx.elem_size, ctx.transport->ranks_on_host())) {}
+
+void Channel::CopyOut(void* dst, const void* src, size_t bytes) const {
+  internal::CopyOut(stream_, dst, src, bytes);
+}
 
 Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   const std::string op(CollectiveKindName(ctx_.tag.kind));
@@ -136,6 +144,29 @@ Status Channel::Send(int peer, const void* src, size_t n) {
   return n * ctx_.elem_size <= kCopyUpToBytes ? SendCopy(peer, src, n) : SendRef(peer, src, n);
 }
 
+Status Channel::SendToAll(const void* src, size_t n) {
+  const int p = t_.size();
+  const int r = t_.rank();
+  if (t_.zero_copy() || !t_.shares_slots() || p <= 2 || n * ctx_.elem_size <= (16 << 10)) {
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(Send((r + i) % p, src, n));
+    return Status::Ok();
+  }
+  // Every link carries the same messages, so a credit on each means every peer released the
+  // message that last used the slot we are about to fill.
+  for (int i = 2; i < p; ++i) {
+    const int q = (r + i) % p;
+    CHORUS_RETURN_IF_ERROR(WaitFor(q, [&] { return t_.TryCredit(q); }, "a slot released by"));
+  }
+  const int next = (r + 1) % p;
+  void* slot = nullptr;
+  CHORUS_RETURN_IF_ERROR(Reserve(next, &slot));
+  if (n > 0) std::memcpy(slot, src, n * ctx_.elem_size);
+  for (int i = 1; i < p; ++i) Publish((r + i) % p, slot, n);
+  // A later call may reuse the slot once `next` alone released it: flush every peer first.
+  referenced_ = true;
+  return Status::Ok();
+}
+
 Status Channel::Flush(int peer) {
   return WaitFor(
       peer, [&] { return t_.Drained(peer); }, "the last release from");
@@ -157,7 +188,7 @@ Status Primitives::Send(const void* src, size_t n) { return SendRef(send_peer_, 
 Status Primitives::Recv(void* dst, size_t n) {
   Message m;
   CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
-  std::memcpy(dst, m.data, m.bytes);
+  CopyOut(dst, m.data, m.bytes);
   Done(recv_peer_, m);
   return Status::Ok();
 }
@@ -186,10 +217,14 @@ Status Primitives::RecvReduceCopySend(const void* local, void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
-  ctx().kernel->finish(dst, m.data, local, n, transport().size());
-  Done(recv_peer_, m);
   const bool from_dst = transport().zero_copy() || transport().copies_at_post();
-  if (!from_dst) std::memcpy(slot, dst, n * ctx().elem_size);
+  if (from_dst) {
+    ctx().kernel->finish(dst, m.data, local, n, transport().size());
+  } else {  // the sum goes to the (cached) slot first, and from there to dst
+    ctx().kernel->finish(slot, m.data, local, n, transport().size());
+    CopyOut(dst, slot, n * ctx().elem_size);
+  }
+  Done(recv_peer_, m);
   Publish(send_peer_, from_dst ? dst : slot, n);
   return Status::Ok();
 }
@@ -199,10 +234,11 @@ Status Primitives::RecvCopySend(void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Await(recv_peer_, n, &m));
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
-  std::memcpy(dst, m.data, m.bytes);
-  Done(recv_peer_, m);
   const bool from_dst = transport().zero_copy() || transport().copies_at_post();
-  if (!from_dst) std::memcpy(slot, dst, m.bytes);
+  // Staged: forward from the message (still cached), not from dst (streamed past the cache).
+  if (!from_dst) std::memcpy(slot, m.data, m.bytes);
+  CopyOut(dst, m.data, m.bytes);
+  Done(recv_peer_, m);
   Publish(send_peer_, from_dst ? dst : slot, n);
   return Status::Ok();
 }

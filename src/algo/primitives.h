@@ -82,6 +82,9 @@ class Channel {
   // SendCopy for small segments (the copy is cheaper than waiting for the release at the
   // end), SendRef for large ones.
   Status Send(int peer, const void* src, size_t n);
+  // Sends the same `n` elements to every other rank. On a staging transport that shares slots
+  // the data is copied once, into the slot for the next rank, and that slot is posted to all.
+  Status SendToAll(const void* src, size_t n);
   // Waits until `peer` has released every message, so the caller's buffers may be reused.
   Status Flush(int peer);
   // Flush(peer) for every peer, once a message pointed at the caller's memory; what an
@@ -92,6 +95,8 @@ class Channel {
 
   const CallContext& ctx() const { return ctx_; }
   Transport& transport() const { return t_; }
+  // Copies into the caller's output buffer (streamed for large calls).
+  void CopyOut(void* dst, const void* src, size_t bytes) const;
 
  private:
   // Waits until ready(), the group fails, a rank rejects this call, `peer` dies or the
@@ -109,6 +114,7 @@ class Channel {
   size_t segment_ = 0;
   size_t segments_ = 0;
   bool referenced_ = false;
+  const bool stream_;
 };
 
 // The fused ring primitives over a fixed pair of neighbours.

@@ -105,7 +105,7 @@ Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const voi
     prims.StartSegment(seg, at.segments(), p);
     const void* mine = at.InChunk(send, r, seg);
     void* mine_out = at.At(recv, r, seg);
-    if (mine != mine_out) std::memcpy(mine_out, mine, at.Size(r, seg) * ctx.elem_size);
+    if (mine != mine_out) prims.CopyOut(mine_out, mine, at.Size(r, seg) * ctx.elem_size);
     prims.NextStep();
     CHORUS_RETURN_IF_ERROR(prims.Send(mine, at.Size(r, seg)));
     CHORUS_RETURN_IF_ERROR(AllGatherTail(prims, at, recv, r, seg));

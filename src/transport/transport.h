@@ -81,6 +81,10 @@ class Transport {
   // transport reads it only during Post (it sends what it can at once and keeps the rest in the
   // slot), so the caller may reuse it as soon as Post returns. Saves the copy into the slot.
   virtual bool copies_at_post() const { return false; }
+  // True when a slot reserved for one peer may also be posted to other peers, each after its
+  // own TryCredit succeeded; the sender then reuses the slot only once every peer it went to
+  // has released it (a broadcast costs one copy into staging, not p - 1).
+  virtual bool shares_slots() const { return false; }
   // How many ranks share this host's cores (drives the wait policy).
   virtual int ranks_on_host() const = 0;
 

@@ -46,6 +46,7 @@ class ShmTransport final : public ControlledTransport {
 
   size_t slot_bytes() const override { return slot_bytes_; }
   bool zero_copy() const override { return false; }
+  bool shares_slots() const override { return true; }
   int ranks_on_host() const override { return size_; }
 
   bool TryCredit(int peer) override;
