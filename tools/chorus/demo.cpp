@@ -327,13 +327,14 @@ Status DemoRank::Bytes() {
   return Status::Ok();
 }
 
-// 4. Times `reps_` calls of `kind` after a warm-up. An untimed barrier lines the ranks up before
-// each call; a call's time is the slowest rank's (one max over ranks after the loop), and the
-// result is the median of those.
+// 4. Times `reps_` calls of `kind` after a warm-up. An untimed start (a barrier, then a
+// one-element all-reduce that releases the ranks close together, as in chorus bench) lines the
+// ranks up before each call; a call's time is the slowest rank's (one max over ranks after the
+// loop), and the result is the median of those.
 Result<double> DemoRank::MedianMicros(Kind kind) {
   std::vector<double> micros(static_cast<size_t>(reps_));
   for (int i = -kWarmupReps; i < reps_; ++i) {
-    CHORUS_RETURN_IF_ERROR(group_.Barrier());
+    CHORUS_RETURN_IF_ERROR(group_.StartTogether());
     const auto start = std::chrono::steady_clock::now();
     const Status s = work_.Run(group_.comm(), kind);
     const auto stop = std::chrono::steady_clock::now();
