@@ -1,13 +1,23 @@
 # Makefile: one-command set-up, build and test for chorus on Debian 12.
 #
 #   make demo     install missing Debian packages, build, run `chorus demo`
-#   make test     install, build, run every test: the normal build, then ASan+UBSan and TSan
-#                 builds, plus the find_package / add_subdirectory consumer projects and a
-#                 bounded libFuzzer run (clang) over the wire parsers
+#   make test     install, build, run every test: build-types (below), the normal build's tests,
+#                 then ASan+UBSan and TSan builds, plus the consumer projects (find_package of
+#                 the static, shared and MPI libraries, pkg-config, add_subdirectory, the
+#                 installed demo's plots) and a bounded libFuzzer run (clang) over the wire parsers
+#   make build-types  configure and build the libraries, the CLI and the tests that once warned
+#                 in each of BUILD_TYPES (default Release) under build-types/, warnings
+#                 as errors, so no optimisation level's warnings go unseen (RelWithDebInfo is
+#                 build/ itself)
 #   make bench    build and run the Google Benchmark micro-benchmarks
+#   make soak     collectives under CPU contention for SOAK_SECONDS (default 600) beside SOAK_BUSY
+#                 busy loops (default 4): every result checked, the slowest call per size shown
 #   make plot     run the demo and render its figures into build/demo/ with matplotlib
 #   make fuzz     build the libFuzzer target with clang and run it for FUZZ_SECONDS
 #   make asan | tsan | consumer | format | format-check | clean
+#
+# Every build here configures with -DCHORUS_WERROR=ON (warnings are errors). A plain `cmake`
+# configure, or chorus added to another project, keeps warnings as warnings.
 #
 # Installing packages needs root (scripts/install-deps.sh says what is missing otherwise).
 # CMake does the real work; this file only strings the steps together, so every step can also
@@ -23,7 +33,10 @@
 #   DEMO_ARGS    extra arguments for `chorus demo`, e.g. DEMO_ARGS="--ranks 8 --plot out"
 #   BENCH_ARGS   extra arguments for each benchmark binary
 #   TSAN_SETARCH auto | yes | no: run TSan tests with ASLR off (see below)
-#   FUZZ_SECONDS how long `make fuzz` (and so `make test`) fuzzes (default 60)
+#   FUZZ_SECONDS how long `make fuzz` (and so `make test`) fuzzes (default 30)
+#   BUILD_TYPES  the build types `make build-types` checks (default Release, the -O3 build whose
+#                warnings once differed; `make build-types BUILD_TYPES="Debug Release MinSizeRel"`
+#                checks the others too)
 #
 # Environment seen by the sanitizer test runs:
 #   CHORUS_TEST_SCALE=small  tells the tests to shrink their largest element counts, since
@@ -37,20 +50,27 @@ PYTHON     ?= /usr/bin/python3
 DEMO_ARGS  ?=
 BENCH_ARGS ?=
 TSAN_SETARCH ?= auto
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 30
+SOAK_SECONDS ?= 600
+SOAK_BUSY    ?= 4
+BUILD_TYPES ?= Release
 
 BUILD_DIR := build
 ASAN_DIR  := build-asan
 TSAN_DIR  := build-tsan
+TYPES_DIR := build-types
 
 CMAKE ?= cmake
 CTEST ?= ctest
 CTEST_ARGS ?=
 CTEST_FLAGS = --output-on-failure -j$(CTEST_JOBS) $(CTEST_ARGS)
 
-# Sanitizer builds skip the benchmarks (they measure nothing useful when instrumented) and make
-# the first error fatal so that ctest reports it as a failure rather than a log line.
-SANITIZER_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_BUILD_BENCH=OFF
+# Sanitizer builds skip the benchmarks (they measure nothing useful when instrumented) and the
+# examples (the normal build runs them), compile at -O1 -g1 (CMakeLists.txt), run a slice of
+# the collective matrices (tests/CMakeLists.txt) and make the first error fatal so that ctest
+# reports it as a failure rather than a log line.
+SANITIZER_CMAKE_FLAGS = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHORUS_BUILD_BENCH=OFF \
+  -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_WERROR=ON
 ASAN_ENV = CHORUS_TEST_SCALE=small \
   ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -58,8 +78,8 @@ TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_
 
 # Each recipe line runs after the previous target finished; the parallelism is inside CMake.
 .NOTPARALLEL:
-.PHONY: all deps configure build demo plot test test-build asan tsan fuzz shm-check consumer bench format \
-        format-check clean
+.PHONY: all deps configure build build-types demo plot test test-build asan tsan fuzz shm-check \
+        consumer bench soak format format-check clean
 
 all: build
 
@@ -67,7 +87,7 @@ deps:
 	@bash scripts/install-deps.sh
 
 configure: deps
-	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHORUS_WERROR=ON
 
 build: configure
 	@echo "== [$$(date +%T)] build $(BUILD_DIR)"
@@ -84,21 +104,45 @@ plot: build
 # The normal build's tests include the consumer projects (ctest label "consumer").
 test-build: build
 	@echo "== [$$(date +%T)] test $(BUILD_DIR)"
-	$(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
+	bash scripts/ctest.sh $(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
 # ctest's own summary stays the last thing printed, so CI can read the test count: the final
 # check that no test left a shared-memory segment behind prints only when it fails.
-test: test-build asan tsan fuzz shm-check
+test: build-types test-build asan tsan fuzz shm-check
 
 shm-check:
 	@left=$$(ls /dev/shm 2>/dev/null | grep "^chorus-$$(id -u)-" || true); \
 	if [ -n "$$left" ]; then echo "FAIL: left in /dev/shm: $$left"; exit 1; fi
 
+# Each build type optimises differently, and GCC's flow-based warnings (-Wrestrict,
+# -Wmaybe-uninitialized, -Wstringop-*) come and go with the optimisation level: Release (-O3)
+# once failed on a -Wrestrict false positive that RelWithDebInfo (-O2) never showed. Only what
+# can warn differently is built: the libraries, the CLI and the tests that warned then (the other
+# tests build in build/); no benchmarks or examples, and the tests are not run, so discovery
+# waits for a test run (PRE_TEST) instead of running each binary after its link.
+BUILD_TYPES_TARGETS := chorus chorus_shared chorus_cli launch_test store_auth_test traffic_test
+build-types: deps
+	@set -e; for type in $(BUILD_TYPES); do \
+	  dir=$(TYPES_DIR)/$$type; \
+	  echo "== [$$(date +%T)] build-types: $$type in $$dir"; \
+	  mkdir -p $$dir; \
+	  $(CMAKE) -S . -B $$dir -DCMAKE_BUILD_TYPE=$$type -DCHORUS_WERROR=ON \
+	    -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_EXAMPLES=OFF \
+	    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > $$dir/configure.log 2>&1 \
+	    || { cat $$dir/configure.log; exit 1; }; \
+	  targets="$(BUILD_TYPES_TARGETS)"; \
+	  if grep -q '^CHORUS_WITH_MPI:BOOL=ON' $$dir/CMakeCache.txt; then \
+	    targets="$$targets chorus_mpi chorus_mpi_shared"; \
+	  fi; \
+	  $(CMAKE) --build $$dir -j$(JOBS) --target $$targets; \
+	done; \
+	echo "== [$$(date +%T)] build-types: $(BUILD_TYPES) built without warnings"
+
 asan: deps
 	@echo "== [$$(date +%T)] asan: build and test $(ASAN_DIR)"
 	$(CMAKE) -S . -B $(ASAN_DIR) $(SANITIZER_CMAKE_FLAGS) -DCHORUS_SANITIZE=address
 	$(CMAKE) --build $(ASAN_DIR) -j$(JOBS)
-	$(ASAN_ENV) $(CTEST) --test-dir $(ASAN_DIR) $(CTEST_FLAGS)
+	$(ASAN_ENV) bash scripts/ctest.sh $(CTEST) --test-dir $(ASAN_DIR) $(CTEST_FLAGS)
 
 # Some kernels place mappings where GCC's TSan runtime does not expect them (vm.mmap_rnd_bits
 # above 28), and every instrumented binary dies with "unexpected memory mapping". A tiny probe
@@ -123,7 +167,7 @@ tsan: deps
 	set -x; \
 	$$runner $(CMAKE) -S . -B $(TSAN_DIR) $(SANITIZER_CMAKE_FLAGS) -DCHORUS_SANITIZE=thread; \
 	$$runner $(CMAKE) --build $(TSAN_DIR) -j$(JOBS); \
-	$(TSAN_ENV) $$runner $(CTEST) --test-dir $(TSAN_DIR) $(CTEST_FLAGS)
+	$(TSAN_ENV) $$runner bash scripts/ctest.sh $(CTEST) --test-dir $(TSAN_DIR) $(CTEST_FLAGS)
 
 # The handshake, frame and store-request parsers under libFuzzer for a bounded time; a crash
 # fails the target and leaves its input in build-fuzz/artifacts/.
@@ -132,9 +176,13 @@ fuzz: deps
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
 
 # Only the packaging tests: install build/ into build/_install, then build and run the
-# find_package and add_subdirectory consumers in tests/consumer/.
+# consumers in tests/consumer/ (find_package static / shared / mpi / QUIET, pkg-config, the
+# installed demo's plots, add_subdirectory).
 consumer: build
-	$(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS) -L consumer
+	bash scripts/ctest.sh $(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS) -L consumer
+
+soak: build
+	./$(BUILD_DIR)/tests/chorus_soak --seconds $(SOAK_SECONDS) --busy $(SOAK_BUSY)
 
 bench: build
 	@set -e; found=0; \
@@ -157,4 +205,4 @@ format-check:
 	clang-format --dry-run --Werror $(format-files)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(TYPES_DIR)

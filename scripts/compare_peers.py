@@ -37,7 +37,9 @@ FIELDS = "lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,busbw_GBs"
 KEEPHEAP = "+keepheap"
 CHORUS_PREFIX = "chorus-"
 TRANSPORTS = ("thread", "shm", "tcp")
-OP_ORDER = {"allreduce": 0, "reduce_scatter": 1, "allgather": 2}
+OP_ORDER = {op: i for i, op in enumerate(
+    ["allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "alltoall", "gather",
+     "scatter", "allgatherv", "reduce_scatter_v", "alltoallv", "gatherv", "scatterv", "barrier"])}
 DPI = 100
 CHORUS_COLORS = {"thread": "#1f4e9c", "shm": "#2ca02c", "tcp": "#d62728"}
 PEER_COLORS = {"openmpi": "#ff7f0e", "mpich": "#9467bd", "gloo": "#8c564b"}
@@ -51,6 +53,10 @@ def bus_factor(op, ranks):
     """nccl-tests bus-bandwidth factor, the same one run_all.sh and chorus bench use."""
     if op == "allreduce":
         return 2.0 * (ranks - 1) / ranks
+    if op in ("broadcast", "reduce"):
+        return 1.0
+    if op == "barrier":
+        return 0.0
     return (ranks - 1) / ranks
 
 

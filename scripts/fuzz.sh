@@ -27,7 +27,7 @@ done
 
 mkdir -p "$build"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCHORUS_FUZZ=ON -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_TOOLS=OFF \
+  -DCHORUS_FUZZ=ON -DCHORUS_WERROR=ON -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_TOOLS=OFF \
   -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_EXAMPLES=OFF > "$build/configure.log" 2>&1 || {
   cat "$build/configure.log" >&2
   exit 1

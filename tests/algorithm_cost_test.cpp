@@ -1,6 +1,7 @@
-// Tests for the per-algorithm cost model (model/algorithm_cost.h): exact terms for hand-worked
-// cases, agreement with the ring model of cost_model.h, the fold for p that is not a power of
-// two, the rd / Rabenseifner crossover, oversubscription and the edge cases.
+// Tests for the per-algorithm cost model (model/algorithm_cost.h), through the algorithm table
+// that names each algorithm's terms (algo/select.h): exact terms for hand-worked cases,
+// agreement with the ring model of cost_model.h, the fold for p that is not a power of two, the
+// rd / Rabenseifner crossover, oversubscription and the edge cases.
 //
 // Parameters are powers of two where a test compares exact values, so that every product and sum
 // is exact in binary floating point and EXPECT_EQ is meaningful.
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "algo/select.h"
 #include "model/cost_model.h"
 
 namespace chorus::model {
@@ -28,6 +30,29 @@ constexpr MachineParams kMixed{
     .alpha_s = 0.5, .beta_s_per_byte = 0.125, .gamma_s_per_byte = 0.0625};
 constexpr int kManyCores = 1024;  // no oversubscription
 
+// The row of (k, name) in the algorithm table; the test fails where there is none.
+const internal::AlgorithmInfo& Row(Kind k, std::string_view name) {
+  const internal::AlgorithmInfo* info = internal::FindAlgorithm(k, name);
+  if (info == nullptr) {
+    ADD_FAILURE() << CollectiveKindName(k) << " has no algorithm " << name;
+    info = &internal::Algorithms().front();
+  }
+  return *info;
+}
+double PredictSeconds(Kind k, std::string_view name, int p, double n, const MachineParams& m,
+                      int cores) {
+  return model::PredictSeconds(Row(k, name).terms.get(), p, n, m, cores);
+}
+AlgorithmTerms Terms(Kind k, std::string_view name, int p) { return Row(k, name).terms(p); }
+// The algorithms of `k`, in table order.
+std::vector<std::string_view> AlgorithmsOf(Kind k) {
+  std::vector<std::string_view> names;
+  for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
+    if (info.kind == k) names.push_back(info.name);
+  }
+  return names;
+}
+
 double Steps(Kind k, std::string_view name, int p) {
   return PredictSeconds(k, name, p, 1024, kAlphaOnly, kManyCores);
 }
@@ -38,41 +63,41 @@ double Reduced(Kind k, std::string_view name, int p, double n) {
   return PredictSeconds(k, name, p, n, kGammaOnly, kManyCores);
 }
 
-TEST(AlgorithmCost, ModeledAlgorithmsInTableOrder) {
-  EXPECT_EQ(ModeledAlgorithms(Kind::kAllReduce),
-            (std::vector<std::string_view>{"oneshot", "direct", "hierarchical", "ring", "rd",
-                                           "rabenseifner"}));
-  EXPECT_EQ(ModeledAlgorithms(Kind::kReduceScatter),
-            (std::vector<std::string_view>{"direct", "ring"}));
-  EXPECT_EQ(ModeledAlgorithms(Kind::kAllGather),
+TEST(AlgorithmCost, AlgorithmsInTableOrder) {
+  EXPECT_EQ(AlgorithmsOf(Kind::kAllReduce),
+            (std::vector<std::string_view>{"oneshot", "direct", "hierarchical", "ring",
+                                           "rabenseifner", "rd"}));
+  EXPECT_EQ(AlgorithmsOf(Kind::kReduceScatter), (std::vector<std::string_view>{"direct", "ring"}));
+  EXPECT_EQ(AlgorithmsOf(Kind::kAllGather),
             (std::vector<std::string_view>{"direct", "ring", "bruck"}));
 }
 
-TEST(AlgorithmCost, UnknownAlgorithmIsNegative) {
-  EXPECT_LT(PredictSeconds(Kind::kAllReduce, "bruck", 4, 1024, kMixed, 2), 0);
-  EXPECT_LT(PredictSeconds(Kind::kReduceScatter, "oneshot", 4, 1024, kMixed, 2), 0);
-  EXPECT_LT(PredictSeconds(Kind::kAllGather, "rd", 4, 1024, kMixed, 2), 0);
-  EXPECT_LT(PredictSeconds(Kind::kAllReduce, "", 4, 1024, kMixed, 2), 0);
-  EXPECT_LT(PredictSeconds(Kind::kAllReduce, "Ring", 4, 1024, kMixed, 2), 0);
-  // Also where nothing would move: unknown stays unknown.
-  EXPECT_LT(PredictSeconds(Kind::kAllReduce, "nope", 1, 0, kMixed, 2), 0);
-  EXPECT_FALSE(Terms(Kind::kAllGather, "oneshot", 4).has_value());
-  EXPECT_LT(PredictSeconds(static_cast<Kind>(7), "ring", 4, 1024, kMixed, 2), 0);
+// Every algorithm has its terms (a row without them does not compile); names are exact.
+TEST(AlgorithmCost, UnknownAlgorithmHasNoRow) {
+  EXPECT_EQ(internal::FindAlgorithm(Kind::kAllReduce, "bruck"), nullptr);
+  EXPECT_EQ(internal::FindAlgorithm(Kind::kReduceScatter, "oneshot"), nullptr);
+  EXPECT_EQ(internal::FindAlgorithm(Kind::kAllGather, "rd"), nullptr);
+  EXPECT_EQ(internal::FindAlgorithm(Kind::kAllReduce, ""), nullptr);
+  EXPECT_EQ(internal::FindAlgorithm(Kind::kAllReduce, "Ring"), nullptr);
+  EXPECT_EQ(internal::FindAlgorithm(static_cast<Kind>(kNumCollectiveKinds), "ring"), nullptr);
+  for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
+    EXPECT_EQ(internal::FindAlgorithm(info.kind, info.name), &info);
+    EXPECT_NE(info.terms.get(), nullptr) << info.name;
+  }
 }
 
 TEST(AlgorithmCost, NothingMovesForOneRankOrEmptyBuffer) {
   for (Kind k : kKinds) {
-    for (std::string_view name : ModeledAlgorithms(k)) {
+    for (std::string_view name : AlgorithmsOf(k)) {
       SCOPED_TRACE(name);
       EXPECT_EQ(PredictSeconds(k, name, 1, 1 << 20, kMixed, 2), 0);
       EXPECT_EQ(PredictSeconds(k, name, 0, 1 << 20, kMixed, 2), 0);
       EXPECT_EQ(PredictSeconds(k, name, 4, 0, kMixed, 2), 0);
       EXPECT_EQ(PredictSeconds(k, name, 4, -5, kMixed, 2), 0);
-      const std::optional<AlgorithmTerms> terms = Terms(k, name, 1);
-      ASSERT_TRUE(terms.has_value());
-      EXPECT_EQ(terms->steps, 0);
-      EXPECT_EQ(terms->sent, 0);
-      EXPECT_EQ(terms->reduced, 0);
+      const AlgorithmTerms terms = Terms(k, name, 1);
+      EXPECT_EQ(terms.steps, 0);
+      EXPECT_EQ(terms.sent, 0);
+      EXPECT_EQ(terms.reduced, 0);
     }
   }
 }
@@ -193,7 +218,7 @@ TEST(AlgorithmCost, OversubscriptionScalesEveryTerm) {
   EXPECT_EQ(OversubscriptionFactor(4, -1), 1);
   const double n = 1024;
   for (Kind k : kKinds) {
-    for (std::string_view name : ModeledAlgorithms(k)) {
+    for (std::string_view name : AlgorithmsOf(k)) {
       SCOPED_TRACE(name);
       EXPECT_EQ(PredictSeconds(k, name, 4, n, kAlphaOnly, 2),
                 2 * PredictSeconds(k, name, 4, n, kAlphaOnly, kManyCores));
@@ -209,24 +234,23 @@ TEST(AlgorithmCost, OversubscriptionScalesEveryTerm) {
   EXPECT_EQ(PredictSeconds(Kind::kAllReduce, "ring", 4, 1024, kMixed, 2), 2 * (3 + 192 + 48));
 }
 
-// Terms() is what PredictSeconds multiplies out.
+// The terms are what PredictSeconds multiplies out.
 TEST(AlgorithmCost, TermsMatchPrediction) {
   for (Kind k : kKinds) {
-    for (std::string_view name : ModeledAlgorithms(k)) {
+    for (std::string_view name : AlgorithmsOf(k)) {
       for (int p : {2, 3, 4, 5, 8, 12}) {
-        const std::optional<AlgorithmTerms> t = Terms(k, name, p);
-        ASSERT_TRUE(t.has_value());
+        const AlgorithmTerms t = Terms(k, name, p);
         const double n = 1 << 16;
         EXPECT_DOUBLE_EQ(PredictSeconds(k, name, p, n, kMixed, kManyCores),
-                         t->steps * 0.5 + t->sent * n * 0.125 + t->reduced * n * 0.0625)
+                         t.steps * 0.5 + t.sent * n * 0.125 + t.reduced * n * 0.0625)
             << name << " p=" << p;
         if (k == Kind::kAllGather) {
-          EXPECT_EQ(t->reduced, 0) << name;
+          EXPECT_EQ(t.reduced, 0) << name;
         }
         // Nothing beats the bandwidth lower bound (Patarasuk and Yuan): 2(p-1)/p n for
         // all-reduce, (p-1)/p n for the other two.
         const double bound = (k == Kind::kAllReduce ? 2.0 : 1.0) * (p - 1) / p;
-        EXPECT_GE(t->sent, bound - 1e-12) << name << " p=" << p;
+        EXPECT_GE(t.sent, bound - 1e-12) << name << " p=" << p;
       }
     }
   }

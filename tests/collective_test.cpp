@@ -18,7 +18,8 @@ class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {};
 
 TEST_P(CollectiveMatrix, ExactResults) {
   const MatrixParam m = GetParam();
-  auto group = CreateLocalGroup(m.ranks, {.timeout = std::chrono::seconds(60)});
+  auto group = CreateLocalGroup(
+      m.ranks, {.timeout = std::chrono::seconds(60), .wait = testing::TestWaitMode()});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<std::vector<std::string>> errors(static_cast<size_t>(m.ranks));
   testing::RunRanks(*group, [&](Communicator& comm) {

@@ -109,6 +109,10 @@ class ScopedEnv {
 
  private:
   static constexpr const char* kAll[] = {"CHORUS_RANK",
+                                         "CHORUS_JOB_ID",
+                                         "CHORUS_HOST_ID",
+                                         "CHORUS_WAIT",
+                                         "CHORUS_TUNING_FILE",
                                          "CHORUS_WORLD_SIZE",
                                          "CHORUS_STORE",
                                          "CHORUS_TIMEOUT_MS",
@@ -248,10 +252,52 @@ TEST(Environment, ErrorsNameTheVariable) {
               HasSubstr("CHORUS_RANK=\"two\" is not an integer"));
   env.Set("CHORUS_RANK", "1");
   EXPECT_THAT(CommOptionsFromEnvironment().status().message(), HasSubstr("no store"));
+  env.Set("CHORUS_RANK", "5");
+  env.Set("CHORUS_STORE", "file:///tmp/x");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("environment: CHORUS_RANK=5 is not below CHORUS_WORLD_SIZE=4"));
+  env.Set("CHORUS_RANK", "1");
+  env.Set("CHORUS_WAIT", "nap");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("CHORUS_WAIT=\"nap\" is not one of auto, sleep, sleep-checked"));
+  env.Set("CHORUS_WAIT", "sleep");
+  env.Set("CHORUS_TUNING_FILE", "/no/such/tuning.conf");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("CHORUS_TUNING_FILE=\"/no/such/tuning.conf\": no such file"));
+  unsetenv("CHORUS_TUNING_FILE");
+  unsetenv("CHORUS_WAIT");
+  unsetenv("CHORUS_RANK");
+  unsetenv("CHORUS_WORLD_SIZE");
+  unsetenv("CHORUS_STORE");
   ScopedEnv half;
   half.Set("PMI_RANK", "1");
   EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
               HasSubstr("sets PMI_RANK but not PMI_SIZE"));
+}
+
+TEST(Environment, JobIdWaitModeAndHostIdComeFromTheLauncher) {
+  ScopedEnv env;
+  env.Set("CHORUS_RANK", "0");
+  env.Set("CHORUS_WORLD_SIZE", "2");
+  env.Set("CHORUS_STORE", "file:///tmp/x");
+  env.Set("CHORUS_TUNING_FILE", "builtin");
+  auto plain = CommOptionsFromEnvironment();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->job_id, "");
+  EXPECT_EQ(plain->wait, WaitMode::kAuto);
+  EXPECT_EQ(plain->tuning_file, "");  // builtin: the defaults
+  env.Set("TORCHELASTIC_RUN_ID", "abc");
+  EXPECT_EQ(CommOptionsFromEnvironment()->job_id, "torchrun-abc");
+  env.Set("CHORUS_JOB_ID", "0123abcd");  // chorus launch's, first
+  env.Set("CHORUS_WAIT", "sleep-checked");
+  env.Set("CHORUS_HOST_ID", "rack3-node7");
+  auto o = CommOptionsFromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->job_id, "0123abcd");
+  EXPECT_EQ(o->wait, WaitMode::kSleepChecked);
+  EXPECT_EQ(o->host_id, "rack3-node7");
+  // What the caller set is kept.
+  EXPECT_EQ(CommOptionsFromEnvironment({.wait = WaitMode::kSleep})->wait, WaitMode::kSleep);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -52,6 +53,15 @@ std::vector<std::string> Lines(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
+}
+
+// "[rank] ", the launcher's line prefix. Appended piece by piece: GCC 12 at -O3 warns
+// -Wrestrict (a false positive, GCC bug 105651) about "[" + std::to_string(rank).
+std::string RankTag(int rank) {
+  std::string tag = "[";
+  tag += std::to_string(rank);
+  tag += "] ";
+  return tag;
 }
 
 size_t Count(const std::string& text, const std::string& needle) {
@@ -125,6 +135,7 @@ class Launcher {
   }
 
   void Signal(int sig) const { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   const std::string& out() const { return out_; }
 
   // Reads both streams to EOF and reaps the launcher (killing it past the hard limit).
@@ -288,10 +299,55 @@ TEST_F(LaunchTest, SigtermIsForwardedToEveryRank) {
   EXPECT_EQ(r.exit_code, 7);
   EXPECT_THAT(r.err, HasSubstr("received SIGTERM; forwarding it to 3 ranks"));
   for (int rank = 0; rank < 3; ++rank) {
-    std::string line = "[" + std::to_string(rank) + "] got TERM\n";
+    std::string line = RankTag(rank) + "got TERM\n";
     EXPECT_EQ(Count(r.out, line), 1u) << line << "in:\n" << r.out;  // forwarded exactly once
   }
   EXPECT_LT(r.seconds, kPromptSeconds);
+}
+
+// What /proc/<pid>/stat says of a process: "pid (comm) state ppid ...". comm may hold spaces
+// and parentheses, so the fields after it are found from the last ')'. Empty once it is gone.
+struct ProcStat {
+  std::string comm;
+  char state = '?';
+  pid_t ppid = 0;
+};
+std::optional<ProcStat> ReadProcStat(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  const size_t open = line.find('(');
+  const size_t close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 4 >= line.size()) {
+    return std::nullopt;
+  }
+  return ProcStat{.comm = line.substr(open + 1, close - open - 1),
+                  .state = line[close + 2],
+                  .ppid = std::atoi(line.c_str() + close + 4)};
+}
+
+// How many processes below `root` (its children, theirs, ...) run the program `name`.
+size_t DescendantsNamed(pid_t root, const std::string& name) {
+  std::map<pid_t, ProcStat> processes;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string pid_text = entry.path().filename().string();
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(pid_text);
+    if (auto stat = ReadProcStat(pid)) processes.emplace(pid, std::move(*stat));  // or gone
+  }
+  size_t count = 0;
+  for (const auto& [pid, stat] : processes) {
+    if (stat.comm != name) continue;
+    for (pid_t up = stat.ppid; up > 1;) {
+      if (up == root) {
+        ++count;
+        break;
+      }
+      const auto it = processes.find(up);
+      up = it == processes.end() ? 0 : it->second.ppid;
+    }
+  }
+  return count;
 }
 
 TEST_F(LaunchTest, SigintReachesTheWholeProcessTreeOfEachRank) {
@@ -299,6 +355,11 @@ TEST_F(LaunchTest, SigintReachesTheWholeProcessTreeOfEachRank) {
   Launcher launcher({"-n", "2", "sh", "-c", "echo ready; sleep 30"});
   ASSERT_TRUE(launcher.ReadUntil(
       [](const std::string& out, const std::string&) { return Count(out, "ready\n") == 2; }));
+  // Both `sleep`s must have started: a shell between its fork and the exec of `sleep` defers
+  // the signal, and the launcher then (rightly) kills the rank once its grace has passed.
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (DescendantsNamed(launcher.pid(), "sleep") < 2 && Clock::now() < until) ::usleep(5'000);
+  ASSERT_EQ(DescendantsNamed(launcher.pid(), "sleep"), 2u);
   launcher.Signal(SIGINT);
   Outcome r = launcher.Finish();
   EXPECT_EQ(r.exit_code, 130);
@@ -310,11 +371,8 @@ TEST_F(LaunchTest, SigintReachesTheWholeProcessTreeOfEachRank) {
 // True once `pid` has exited (gone, or a zombie waiting for init), waiting up to 10 s for it.
 bool ProcessEnds(pid_t pid) {
   for (auto start = Clock::now(); Clock::now() - start < std::chrono::seconds(10);) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) return true;
-    size_t paren = line.rfind(')');
-    if (paren != std::string::npos && line.compare(paren + 1, 3, " Z ") == 0) return true;
+    const std::optional<ProcStat> stat = ReadProcStat(pid);
+    if (!stat || stat->state == 'Z') return true;
     ::usleep(10'000);
   }
   return false;
@@ -342,6 +400,32 @@ TEST_F(LaunchTest, RanksHandlingTheSignalDecideAndTheirLeftoversAreKilled) {
   }
 }
 
+// A SIGKILLed launcher cannot clean up; its reaper does, for every process of every rank and
+// not only the launcher's children: here the rank's shell runs a second shell that becomes a
+// `sleep` (a grandchild of the launcher), then would print "done".
+TEST_F(LaunchTest, AKilledLauncherLeavesNoProcessOfAnyRankWithinASecond) {
+  Launcher launcher(
+      {"-n", "3", "sh", "-c", "sh -c 'echo ready $$; exec sleep 30'; echo done"});
+  ASSERT_TRUE(launcher.ReadUntil(
+      [](const std::string& out, const std::string&) { return Count(out, "ready ") == 3; }));
+  std::vector<pid_t> sleepers;
+  for (const std::string& line : Lines(launcher.out())) {
+    sleepers.push_back(std::stoi(line.substr(line.find("ready ") + 6)));
+  }
+  const auto killed = Clock::now();
+  launcher.Signal(SIGKILL);
+  for (pid_t pid : sleepers) {
+    if (!ProcessEnds(pid)) {
+      ADD_FAILURE() << "the rank's sleep " << pid << " survived the launcher";
+      ::kill(pid, SIGKILL);
+    }
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - killed).count(), 1.0);
+  const Outcome r = launcher.Finish();
+  EXPECT_EQ(r.signal, SIGKILL);
+  EXPECT_THAT(r.out, Not(HasSubstr("done")));
+}
+
 // ------------------------------------------------------------------ output
 
 TEST_F(LaunchTest, EveryLineIsPrefixedWithItsRankOnItsOwnStream) {
@@ -359,7 +443,7 @@ TEST_F(LaunchTest, EveryLineIsPrefixedWithItsRankOnItsOwnStream) {
                                               "[2] err-2-a", "[2] err-2-b", "[2] tail-2"}));
   // Within a rank the order is kept; the unterminated tail comes out last, with a newline.
   for (int rank = 0; rank < 3; ++rank) {
-    std::string tag = "[" + std::to_string(rank) + "] ";
+    std::string tag = RankTag(rank);
     std::vector<std::string> mine;
     for (const std::string& line : err) {
       if (line.rfind(tag, 0) == 0) mine.push_back(line.substr(tag.size()));

@@ -72,8 +72,8 @@ TEST(Select, RulesKeepAlgorithmsWhereTheyRun) {
   EXPECT_NE(Pick(Shape(CollectiveKind::kReduceScatter, TransportKind::kShm, 4, size_t{1} << 20)),
             "direct");
   // Across hosts the large all-reduce is hierarchical, never a flat recursive algorithm.
-  CallShapeForSelection across = Shape(CollectiveKind::kAllReduce, TransportKind::kTcp, 4,
-                                       size_t{64} << 20, /*cores=*/4);
+  CallShapeForSelection across =
+      Shape(CollectiveKind::kAllReduce, TransportKind::kTcp, 4, size_t{64} << 20, /*cores=*/4);
   across.multi_host = true;
   EXPECT_EQ(Pick(across), "hierarchical");
 }
@@ -88,7 +88,8 @@ TEST(Select, ThreadRanksReadInPlaceForLargeBuffers) {
 }
 
 TEST(Select, SmallAllReducesTakeOneStep) {
-  for (TransportKind transport : {TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
+  for (TransportKind transport :
+       {TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
     for (int ranks : {2, 3, 4}) {
       EXPECT_EQ(Pick(Shape(CollectiveKind::kAllReduce, transport, ranks, 32)), "oneshot")
           << TransportKindName(transport) << " p=" << ranks;
@@ -97,10 +98,10 @@ TEST(Select, SmallAllReducesTakeOneStep) {
 }
 
 TEST(Select, TheParametersMoveTheChoice) {
-  model::MachineParams slow_messages{.alpha_s = 1.0, .beta_s_per_byte = 1e-12,
-                                     .gamma_s_per_byte = 1e-12};
-  model::MachineParams free_messages{.alpha_s = 0.0, .beta_s_per_byte = 1e-9,
-                                     .gamma_s_per_byte = 1e-9};
+  model::MachineParams slow_messages{
+      .alpha_s = 1.0, .beta_s_per_byte = 1e-12, .gamma_s_per_byte = 1e-12};
+  model::MachineParams free_messages{
+      .alpha_s = 0.0, .beta_s_per_byte = 1e-9, .gamma_s_per_byte = 1e-9};
   CallShapeForSelection shape =
       Shape(CollectiveKind::kAllReduce, TransportKind::kTcp, 4, size_t{64} << 20);
   shape.params = &slow_messages;
@@ -165,8 +166,8 @@ TEST(Select, RequestedByNameOrAClearError) {
   ASSERT_TRUE(bruck.ok()) << bruck.status();
   EXPECT_EQ((*bruck)->name, "bruck");
   // A name the rules would not pick is still honoured: the caller asked for it.
-  auto ring = SelectAlgorithm(Shape(CollectiveKind::kAllReduce, TransportKind::kThread, 2, 32),
-                              "ring");
+  auto ring =
+      SelectAlgorithm(Shape(CollectiveKind::kAllReduce, TransportKind::kThread, 2, 32), "ring");
   ASSERT_TRUE(ring.ok());
   EXPECT_EQ((*ring)->name, "ring");
   for (const char* wrong : {"rd", "tree", "RING", " ring"}) {  // rd is an all-reduce
@@ -180,12 +181,13 @@ TEST(Select, RequestedByNameOrAClearError) {
 
 TEST(Select, SelectorRemembersOnlyWhatStillHolds) {
   const model::Tuning tuning = model::DefaultTuning();
-  for (TransportKind transport : {TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
+  for (TransportKind transport :
+       {TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
     const CallShapeForSelection base = Shape(CollectiveKind::kAllReduce, transport, 4, 0);
     Selector selector(base, tuning.For(transport));
     // Sizes that cross every crossover, repeated and interleaved across kinds.
-    const std::vector<size_t> sizes = {32,        32,       1 << 14, 1 << 20, 32,      1 << 26,
-                                       1 << 26,   1 << 10,  1 << 18, 1 << 18, 1 << 14, 0};
+    const std::vector<size_t> sizes = {32,      32,      1 << 14, 1 << 20, 32,      1 << 26,
+                                       1 << 26, 1 << 10, 1 << 18, 1 << 18, 1 << 14, 0};
     for (size_t bytes : sizes) {
       for (CollectiveKind kind : kKinds) {
         CallShapeForSelection shape = base;
@@ -211,19 +213,18 @@ TEST(Select, SelectorRemembersOnlyWhatStillHolds) {
 class SelectTuning : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("chorus-select-test-" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("chorus-select-test-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override {
-    unsetenv("CHORUS_TUNING_FILE");
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
 
   // Bytes rank 0 sent for one 64 KiB all-reduce of 4 TCP ranks (forked, so each reads the
   // file as a separate job would), or a description of what went wrong.
-  std::string SentBy4TcpRanks(const std::string& run) {
+  std::string SentBy4TcpRanks(const std::string& run, const std::string& tuning_file) {
     const std::string store = "file://" + (dir_ / run).string();
     std::filesystem::create_directories(dir_ / run);
     const auto exits = testing::ForkRanks(4, [&](int rank) -> std::string {
@@ -233,6 +234,7 @@ class SelectTuning : public ::testing::Test {
       o.store_url = store;
       o.transport = TransportKind::kTcp;
       o.secret = "select-test-secret";
+      o.tuning_file = tuning_file;
       auto comm = Communicator::Create(o);
       if (!comm.ok()) return comm.status().ToString();
       std::vector<float> data(16384, 1.0f);
@@ -253,26 +255,67 @@ class SelectTuning : public ::testing::Test {
 
 TEST_F(SelectTuning, TcpRanksFollowTheTuningFile) {
   const std::filesystem::path file = dir_ / "tuning.conf";
-  ASSERT_EQ(setenv("CHORUS_TUNING_FILE", file.c_str(), 1), 0);
   std::ofstream(file) << "# messages cost a second\n"
                          "tcp alpha_us=1000000 beta_gbps=1000 gamma_gbps=1000\n";
-  EXPECT_EQ(SentBy4TcpRanks("slow"), "sent " + std::to_string(3 * 65536));
-  std::filesystem::remove(file);  // a missing file means the built-in parameters
-  const std::string defaults = SentBy4TcpRanks("defaults");
+  EXPECT_EQ(SentBy4TcpRanks("slow", file.string()), "sent " + std::to_string(3 * 65536));
+  const std::string defaults = SentBy4TcpRanks("defaults", "");  // the built-in parameters
   EXPECT_EQ(defaults.rfind("sent ", 0), 0u) << defaults;
   EXPECT_NE(defaults, "sent " + std::to_string(3 * 65536));
 }
 
+// Hosts tuned apart: every rank takes rank 0's file, so all choose alike. Ranks 1-3 name a
+// file that would steer them to one-shot (and one that does not exist): rank 0's defaults win,
+// and the call runs.
+TEST_F(SelectTuning, EveryRankUsesRankZerosTuning) {
+  const std::filesystem::path file = dir_ / "other-host.conf";
+  std::ofstream(file) << "tcp alpha_us=1000000 beta_gbps=1000 gamma_gbps=1000\n";
+  const std::string store = "file://" + (dir_ / "mixed").string();
+  std::filesystem::create_directories(dir_ / "mixed");
+  const auto exits = testing::ForkRanks(4, [&](int rank) -> std::string {
+    CommOptions o;
+    o.rank = rank;
+    o.size = 4;
+    o.store_url = store;
+    o.transport = TransportKind::kTcp;
+    o.secret = "select-test-secret";
+    o.tuning_file = rank == 0 ? "" : rank == 1 ? (dir_ / "absent.conf").string() : file.string();
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return comm.status().ToString();
+    std::vector<float> data(16384, 1.0f);
+    if (Status s = comm->AllReduce(std::span<float>(data), ReduceOp::kSum); !s.ok()) {
+      return s.ToString();
+    }
+    return data[777] == 4.0f ? "" : "wrong sum";
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << e.report;
+}
+
 TEST_F(SelectTuning, AMalformedFileStopsCreate) {
   const std::filesystem::path file = dir_ / "tuning.conf";
-  ASSERT_EQ(setenv("CHORUS_TUNING_FILE", file.c_str(), 1), 0);
   std::ofstream(file) << "thread alpha_us=fast beta_gbps=1 gamma_gbps=1\n";
-  auto group = CreateLocalGroup(2);
+  auto group = CreateLocalGroup(2, {.tuning_file = file.string()});
   ASSERT_FALSE(group.ok());
   EXPECT_EQ(group.status().code(), StatusCode::kInvalidArgument) << group.status();
   EXPECT_NE(group.status().message().find("CreateLocalGroup: "), std::string::npos);
   EXPECT_NE(group.status().message().find(file.string() + ":1"), std::string::npos)
       << group.status();
+  // Under Create, rank 0's bad file stops every rank, with rank 0's reason.
+  const std::string store = "file://" + (dir_ / "bad").string();
+  std::filesystem::create_directories(dir_ / "bad");
+  const auto exits = testing::ForkRanks(2, [&](int rank) -> std::string {
+    CommOptions o;
+    o.rank = rank;
+    o.size = 2;
+    o.store_url = store;
+    o.tuning_file = rank == 0 ? file.string() : "";
+    o.timeout = std::chrono::seconds(20);
+    auto comm = Communicator::Create(o);
+    if (comm.ok()) return "Create succeeded";
+    return comm.status().message().find(file.string() + ":1") == std::string::npos
+               ? comm.status().ToString()
+               : "";
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << e.report;
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 #include "support/raw_socket.h"
+#include "support/store_process.h"
 
 namespace chorus {
 namespace {
@@ -104,6 +105,7 @@ std::string KindName(const ::testing::TestParamInfo<Kind>& info) {
 struct StoreUnderTest {
   std::unique_ptr<TempDir> dir;
   std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<testing::StoreProcess> server_process;  // instead of `server`, for forking
   std::string url;     // for more clients; empty for the hash store
   std::string prefix;  // what the store under test puts before every key
   std::shared_ptr<Store> store;
@@ -119,7 +121,9 @@ struct StoreUnderTest {
   }
 };
 
-StoreUnderTest Make(Kind kind) {
+// `for_forking`: a TCP store is served by a child process, not by a thread of this one (see
+// support/store_process.h).
+StoreUnderTest Make(Kind kind, bool for_forking = false) {
   StoreUnderTest s;
   switch (kind) {
     case Kind::kHash:
@@ -131,6 +135,14 @@ StoreUnderTest Make(Kind kind) {
       break;
     case Kind::kTcp:
     case Kind::kPrefixedTcp: {
+      if (for_forking) {
+        s.server_process = std::make_unique<testing::StoreProcess>(
+            TcpStoreServer::Options{.secret = kSecret});
+        EXPECT_TRUE(s.server_process->ok());
+        s.url = s.server_process->url();
+        if (kind == Kind::kPrefixedTcp) s.prefix = "job/";
+        break;
+      }
       auto server = TcpStoreServer::Start({.secret = kSecret});
       EXPECT_TRUE(server.ok()) << server.status();
       if (!server.ok()) return s;
@@ -423,7 +435,7 @@ class StoreProcesses : public ::testing::TestWithParam<Kind> {};
 TEST_P(StoreProcesses, EightProcessesAddAndExchangeExactly) {
   constexpr int kProcs = 8;
   constexpr int kAdds = 100;
-  StoreUnderTest setup = Make(GetParam());
+  StoreUnderTest setup = Make(GetParam(), /*for_forking=*/true);
   ASSERT_NE(setup.store, nullptr);
   const std::string url = setup.url;
   auto value_of = [](int i) { return "proc " + std::to_string(i) + std::string("\0\xff", 2); };

@@ -54,6 +54,7 @@ CommOptions TcpOptions(int rank, int size, const std::string& store_url) {
   o.transport = TransportKind::kTcp;
   o.secret = kSecret;
   o.timeout = std::chrono::seconds(60);
+  o.wait = testing::TestWaitMode();
   return o;
 }
 
@@ -129,7 +130,7 @@ void BecomeHost(int host) {
 
 class TcpHosts : public ::testing::TestWithParam<HostsCase> {};
 
-TEST_P(TcpHosts, HierarchicalAndRingAreExact) {
+TEST_P(TcpHosts, EveryAlgorithmIsExact) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root for a UTS namespace per fake host";
   setenv("CHORUS_TEST_SCALE", "small", 1);
   const std::vector<int> per_host = GetParam().per_host;
@@ -155,6 +156,13 @@ TEST_P(TcpHosts, HierarchicalAndRingAreExact) {
     }
     for (CollectiveKind kind : {CollectiveKind::kReduceScatter, CollectiveKind::kAllGather}) {
       const MatrixParam m{kind, p, testing::CountCase::kTinySegments, "ring"};
+      report += Join(testing::RunMatrixCase(*comm, m));
+    }
+    // Every other algorithm too, at an uneven count: ranks that share memory and ranks that do
+    // not, in one communicator.
+    for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
+      if (a.kind == CollectiveKind::kAllReduce) continue;
+      const MatrixParam m{a.kind, p, testing::CountCase::kSeven, std::string(a.name)};
       report += Join(testing::RunMatrixCase(*comm, m));
     }
     return report;

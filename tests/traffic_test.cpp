@@ -75,11 +75,107 @@ std::vector<TrafficParam> Params() {
   return params;
 }
 
+// "p4_count1003", for either suite's parameters.
+template <typename Info>
+std::string RanksAndCount(const Info& param_info) {
+  // Appended: GCC 12 at -O3 warns -Wrestrict (a false positive, GCC bug 105651) about
+  // "p" + std::to_string(...).
+  std::string name = "p";
+  name += std::to_string(param_info.param.ranks);
+  name += "_count";
+  name += std::to_string(param_info.param.count);
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Ring, TrafficMatchesModel, ::testing::ValuesIn(Params()),
-                         [](const auto& param_info) {
-                           return "p" + std::to_string(param_info.param.ranks) + "_count" +
-                                  std::to_string(param_info.param.count);
-                         });
+                         RanksAndCount<::testing::TestParamInfo<TrafficParam>>);
+
+// The rooted tree and scatter algorithms, counted against their definitions (algo/rooted.h):
+// every rank's bytes sent and received, for every root.
+struct RootedParam {
+  int ranks;
+  size_t count;
+};
+
+class RootedTraffic : public ::testing::TestWithParam<RootedParam> {};
+
+// Children in the binomial tree of the rank at distance v from the root.
+size_t BinomialChildren(int p, int v) {
+  int low = 1;
+  while (low < p) low <<= 1;
+  if (v != 0) low = v & -v;
+  size_t children = 0;
+  for (int d = 1; d < low; d <<= 1) children += v + d < p ? 1 : 0;
+  return children;
+}
+
+TEST_P(RootedTraffic, EqualsTheAlgorithmsDefinition) {
+  const auto [p, count] = GetParam();
+  const size_t elem = sizeof(float);
+  auto chunk = [&](int c) {  // the ring partition (algo/plan.h)
+    return count / static_cast<size_t>(p) + (static_cast<size_t>(c) < count % p ? 1 : 0);
+  };
+  for (int root : {0, p / 2, p - 1}) {
+    auto group = CreateLocalGroup(p, {.segment_bytes = 256});
+    ASSERT_TRUE(group.ok()) << group.status();
+    // Per rank: the binomial broadcast, the binomial reduce, and both broadcasts (a kind's
+    // counters accumulate).
+    std::vector<Traffic> binomial(static_cast<size_t>(p)), reduced(binomial), both(binomial);
+    std::vector<Status> status(static_cast<size_t>(p));
+    testing::RunRanks(*group, [&](Communicator& comm) {
+      const size_t me = static_cast<size_t>(comm.rank());
+      std::vector<float> v(count + 1, 1.0f), out(count + 1, 0.0f);
+      Status s = comm.Broadcast(std::span<float>(v.data(), count), root,
+                                {.algorithm = "binomial"});
+      binomial[me] = comm.traffic().of(CollectiveKind::kBroadcast);
+      if (s.ok()) {
+        s = comm.Reduce({v.data(), count, DataType::kFloat32},
+                        {out.data(), count, DataType::kFloat32}, ReduceOp::kSum, root,
+                        {.algorithm = "binomial"});
+      }
+      if (s.ok()) {
+        s = comm.Broadcast(std::span<float>(v.data(), count), root,
+                           {.algorithm = "scatter_allgather"});
+      }
+      status[me] = s;
+      reduced[me] = comm.traffic().of(CollectiveKind::kReduce);
+      both[me] = comm.traffic().of(CollectiveKind::kBroadcast);
+    });
+    for (int r = 0; r < p; ++r) {
+      SCOPED_TRACE("root " + std::to_string(root) + ", rank " + std::to_string(r));
+      ASSERT_TRUE(status[r].ok()) << status[r];
+      const int v = (r - root + p) % p;
+      const size_t n = count * elem;
+      const size_t children = BinomialChildren(p, v);
+      EXPECT_EQ(binomial[r].bytes_sent, children * n);
+      EXPECT_EQ(binomial[r].bytes_received, v == 0 ? 0 : n);
+      EXPECT_EQ(reduced[r].bytes_sent, v == 0 ? 0 : n);
+      EXPECT_EQ(reduced[r].bytes_received, children * n);
+      // The scatter, then the ring all-gather: rank r sends every chunk but r + 1's, and
+      // receives every chunk but its own.
+      const size_t scatter_sent = r == root ? n - chunk(root) * elem : 0;
+      const size_t scatter_received = r == root ? 0 : chunk(r) * elem;
+      const size_t ring_sent = p == 1 ? 0 : n - chunk((r + 1) % p) * elem;
+      const size_t ring_received = p == 1 ? 0 : n - chunk(r) * elem;
+      EXPECT_EQ(both[r].bytes_sent - binomial[r].bytes_sent, scatter_sent + ring_sent);
+      EXPECT_EQ(both[r].bytes_received - binomial[r].bytes_received,
+                scatter_received + ring_received);
+    }
+  }
+}
+
+std::vector<RootedParam> RootedParams() {
+  std::vector<RootedParam> params;
+  for (int p = 1; p <= 8; ++p) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{65539}}) {
+      params.push_back({p, count});
+    }
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rooted, RootedTraffic, ::testing::ValuesIn(RootedParams()),
+                         RanksAndCount<::testing::TestParamInfo<RootedParam>>);
 
 TEST(TrafficMatchesModel, TheSeedsFigures) {
   auto group = CreateLocalGroup(4, {.algorithm = "ring"});

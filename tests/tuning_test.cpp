@@ -16,6 +16,9 @@
 #include <optional>
 #include <string>
 
+#include "chorus/communicator.h"
+#include "core/env.h"
+
 namespace chorus::model {
 namespace {
 
@@ -205,81 +208,90 @@ TEST_F(TuningTest, SaveReportsUnwritablePath) {
 }
 
 TEST_F(TuningTest, PathFromEnvironment) {
+  using internal::TuningPathFromEnvironment;
   const std::string d = dir_.string();
   {
     ScopedEnv file("CHORUS_TUNING_FILE", (d + "/explicit.conf").c_str());
     ScopedEnv xdg("XDG_CONFIG_HOME", (d + "/xdg").c_str());
     ScopedEnv home("HOME", (d + "/home").c_str());
-    EXPECT_EQ(DefaultTuningPath(), d + "/explicit.conf");
+    EXPECT_EQ(TuningPathFromEnvironment(), d + "/explicit.conf");
   }
   {
     ScopedEnv file("CHORUS_TUNING_FILE", "");  // empty counts as unset
     ScopedEnv xdg("XDG_CONFIG_HOME", (d + "/xdg").c_str());
     ScopedEnv home("HOME", (d + "/home").c_str());
-    EXPECT_EQ(DefaultTuningPath(), d + "/xdg/chorus/tuning.conf");
+    EXPECT_EQ(TuningPathFromEnvironment(), d + "/xdg/chorus/tuning.conf");
   }
   {
     ScopedEnv file("CHORUS_TUNING_FILE", nullptr);
     ScopedEnv xdg("XDG_CONFIG_HOME", nullptr);
     ScopedEnv home("HOME", (d + "/home").c_str());
-    EXPECT_EQ(DefaultTuningPath(), d + "/home/.config/chorus/tuning.conf");
+    EXPECT_EQ(TuningPathFromEnvironment(), d + "/home/.config/chorus/tuning.conf");
   }
   {
     ScopedEnv file("CHORUS_TUNING_FILE", nullptr);
     ScopedEnv xdg("XDG_CONFIG_HOME", nullptr);
     ScopedEnv home("HOME", nullptr);
-    EXPECT_EQ(DefaultTuningPath(), "");
-    Result<Tuning> t = ActiveTuning();
+    EXPECT_EQ(TuningPathFromEnvironment(), "");
+    auto options = LocalOptionsFromEnvironment();
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->tuning_file, "");
+    Result<Tuning> t = TuningFromFile(options->tuning_file);
     ASSERT_TRUE(t.ok());
     EXPECT_EQ(t->source, "built-in defaults");
   }
 }
 
-TEST_F(TuningTest, ActiveTuningPrefersTheFile) {
+// What LocalOptionsFromEnvironment picks, and what TuningFromFile makes of it.
+TEST_F(TuningTest, EnvironmentChoosesTheFile) {
   const std::string d = dir_.string();
   ScopedEnv xdg("XDG_CONFIG_HOME", (d + "/xdg").c_str());
   ScopedEnv home("HOME", (d + "/home").c_str());
+  auto chosen_file = [] {
+    auto options = LocalOptionsFromEnvironment();
+    return options.ok() ? options->tuning_file : "error: " + options.status().message();
+  };
   {
     // No file anywhere: the defaults.
     ScopedEnv file("CHORUS_TUNING_FILE", nullptr);
-    Result<Tuning> t = ActiveTuning();
-    ASSERT_TRUE(t.ok()) << t.status();
-    EXPECT_EQ(t->source, "built-in defaults");
+    EXPECT_EQ(chosen_file(), "");
   }
   // A file in the XDG place is used...
   fs::create_directories(d + "/xdg/chorus");
   Write("xdg/chorus/tuning.conf", "tcp alpha_us=99 beta_gbps=1 gamma_gbps=1\n");
   {
     ScopedEnv file("CHORUS_TUNING_FILE", nullptr);
-    Result<Tuning> t = ActiveTuning();
+    EXPECT_EQ(chosen_file(), d + "/xdg/chorus/tuning.conf");
+    Result<Tuning> t = TuningFromFile(chosen_file());
     ASSERT_TRUE(t.ok()) << t.status();
-    EXPECT_EQ(t->source, d + "/xdg/chorus/tuning.conf");
     EXPECT_DOUBLE_EQ(t->tcp.alpha_s, 99e-6);
   }
   // ...unless CHORUS_TUNING_FILE names another one,
   const std::string chosen = Write("chosen.conf", "tcp alpha_us=7 beta_gbps=1 gamma_gbps=1\n");
   {
     ScopedEnv file("CHORUS_TUNING_FILE", chosen.c_str());
-    Result<Tuning> t = ActiveTuning();
+    EXPECT_EQ(chosen_file(), chosen);
+    Result<Tuning> t = TuningFromFile(chosen);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->source, chosen);
     EXPECT_DOUBLE_EQ(t->tcp.alpha_s, 7e-6);
   }
-  // which, when it does not exist, means the defaults (not the XDG file).
+  // which must exist: a typo is an error naming the variable, not a quiet fall-back.
   {
     ScopedEnv file("CHORUS_TUNING_FILE", (d + "/none.conf").c_str());
-    Result<Tuning> t = ActiveTuning();
-    ASSERT_TRUE(t.ok()) << t.status();
-    EXPECT_EQ(t->source, "built-in defaults");
+    EXPECT_THAT(chosen_file(),
+                HasSubstr("CHORUS_TUNING_FILE=\"" + d + "/none.conf\": no such file"));
   }
-  // A malformed file is an error, never a silent fall-back.
+  // A file named in the options must exist too,
+  Result<Tuning> missing = TuningFromFile(d + "/none.conf");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("options.tuning_file (" + d + "/none.conf): no such file"));
+  // and a malformed file is an error, never a silent fall-back.
   const std::string bad = Write("bad.conf", "# ok\ntcp alpha_us=7\n");
-  {
-    ScopedEnv file("CHORUS_TUNING_FILE", bad.c_str());
-    Result<Tuning> t = ActiveTuning();
-    ASSERT_FALSE(t.ok());
-    EXPECT_THAT(t.status().message(), HasSubstr(bad + ":2: tcp: missing beta_gbps"));
-  }
+  Result<Tuning> t = TuningFromFile(bad);
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr(bad + ":2: tcp: missing beta_gbps"));
 }
 
 }  // namespace

@@ -10,18 +10,51 @@
 //   AllReduce      send.count == recv.count
 //   ReduceScatter  send.count == size() * recv.count; rank r gets elements [r*n, (r+1)*n)
 //   AllGather      recv.count == size() * send.count; rank r's input lands at [r*n, (r+1)*n)
-// A call is in place when recv.data == send.data (AllReduce), or when the rank's own block of
-// the large buffer is the small one (send.data == recv.data + rank*n*elem for AllGather,
-// recv.data == send.data + rank*n*elem for ReduceScatter). Any other overlap is rejected.
+//   Broadcast      send.count == recv.count; the root's send lands in every rank's recv (the
+//                  root's too); send is used on the root only and ignored elsewhere
+//   Reduce         send.count == recv.count; the reduction of every rank's send lands in the
+//                  root's recv; on the other ranks recv is neither checked, read nor written
+//   Barrier        no buffers: returns once every rank has entered it
+//   Gather         recv.count == size() * send.count on the root; rank r's send lands at
+//                  [r*n, (r+1)*n) of the root's recv; recv is used on the root only
+//   Scatter        send.count == size() * recv.count on the root; elements [r*n, (r+1)*n) of
+//                  the root's send land in rank r's recv; send is used on the root only
+//   AllToAll       send.count == recv.count == size() * n; block q of rank r's send (elements
+//                  [q*n, (q+1)*n)) lands in block r of rank q's recv
+// The v-variants take per-rank counts (size() of them, zeros allowed); blocks lie back to back
+// in rank order, block q at offset counts[0] + ... + counts[q-1] (no displacements):
+//   AllGatherV     counts on every rank, the same; send.count == counts[rank()],
+//                  recv.count == sum of counts; rank q's send lands in block q of every recv
+//   ReduceScatterV counts on every rank, the same; send.count == sum of counts,
+//                  recv.count == counts[rank()]; rank r gets block r of the reduction
+//   AllToAllV      send_counts[q]: elements to rank q; recv_counts[q]: from rank q (rank q's
+//                  send_counts[r] must equal rank r's recv_counts[q]); send.count and
+//                  recv.count are their sums; block q of rank r's send lands in block r of rank
+//                  q's recv. Never in place.
+//   GatherV        counts on the root only (ignored elsewhere): rank q's send (counts[q]
+//                  elements) lands in block q of the root's recv (sum of counts)
+//   ScatterV       counts on the root only (ignored elsewhere): block q of the root's send (sum
+//                  of counts) lands in rank q's recv (counts[q] elements)
+// A v-variant's counts that disagree between ranks fail the call on every rank with
+// kFailedPrecondition, naming a pair of ranks and what each passed.
+// A call is in place when recv.data == send.data (AllReduce, Broadcast, Reduce, AllToAll), or
+// when the rank's own block of the large buffer is the small one (send.data == recv.data +
+// rank*n*elem for AllGather and the root's Gather, recv.data == send.data + rank*n*elem for
+// ReduceScatter and the root's Scatter; for the v-variants the rank's block offset instead of
+// rank*n). Any other overlap is rejected. Every rank must pass the
+// same root, in [0, size()).
 //
 // Every rank must make the same calls in the same order with matching counts, types and ops;
-// a mismatch is detected and fails the communicator rather than corrupting data.
+// a mismatch is detected in the call (the first message each rank receives carries the call's
+// fingerprint) and fails it on every rank with kFailedPrecondition rather than corrupt data. A
+// call with count 0 still meets the peers, so a rank passing 0 where the others pass 8 fails
+// that call like any other mismatch.
 //
 // Errors: arguments are checked before anything is sent. A rejected call returns
-// kInvalidArgument; ranks that entered the same call on the other side then fail with kAborted
-// naming the rank that rejected it (if every rank rejected it, the communicator stays usable).
-// Any other failure (deadline, abort, a peer's failure) is sticky: this and every later call
-// return it, and health() reports it.
+// kInvalidArgument on the rank that rejected it and on every rank that entered it (naming the
+// rejecting rank and its reason); all abandon it and the communicator stays usable. Any other
+// failure (deadline, abort, a peer's death, a mismatch) is sticky: this and every later call
+// return it, and health() reports it. status.h says what each code means.
 //
 // Thread safety: a Communicator belongs to one rank and must be driven by one thread at a time.
 // Abort() may be called from any thread.
@@ -40,8 +73,23 @@
 
 namespace chorus {
 
-enum class CollectiveKind : uint8_t { kAllReduce, kReduceScatter, kAllGather };
-inline constexpr int kNumCollectiveKinds = 3;
+enum class CollectiveKind : uint8_t {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kBarrier,
+  kGather,
+  kScatter,
+  kAllToAll,
+  kAllGatherV,
+  kReduceScatterV,
+  kAllToAllV,
+  kGatherV,
+  kScatterV,
+};
+inline constexpr int kNumCollectiveKinds = 14;
 std::string_view CollectiveKindName(CollectiveKind kind);  // "allreduce", ...
 
 // Payload bytes this rank handed to / took from its peers (headers are not counted).
@@ -65,9 +113,14 @@ struct TrafficCounters {
   const Traffic& of(CollectiveKind kind) const { return by_kind[static_cast<int>(kind)]; }
 };
 
+class Communicator;
 namespace internal {
 class CommState;
-}
+struct CallArgs;
+// Runs any collective from its descriptor (core/collectives.h): for tools and tests that walk
+// the collective table.
+Status RunCollective(Communicator& comm, const CallArgs& call, const CallOptions& options);
+}  // namespace internal
 
 class Communicator {
  public:
@@ -92,6 +145,23 @@ class Communicator {
   Status ReduceScatter(ConstBuffer send, MutableBuffer recv, ReduceOp op,
                        const CallOptions& options = {});
   Status AllGather(ConstBuffer send, MutableBuffer recv, const CallOptions& options = {});
+  Status Broadcast(ConstBuffer send, MutableBuffer recv, int root, const CallOptions& options = {});
+  Status Reduce(ConstBuffer send, MutableBuffer recv, ReduceOp op, int root,
+                const CallOptions& options = {});
+  Status Barrier(const CallOptions& options = {});
+  Status Gather(ConstBuffer send, MutableBuffer recv, int root, const CallOptions& options = {});
+  Status Scatter(ConstBuffer send, MutableBuffer recv, int root, const CallOptions& options = {});
+  Status AllToAll(ConstBuffer send, MutableBuffer recv, const CallOptions& options = {});
+  Status AllGatherV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts,
+                    const CallOptions& options = {});
+  Status ReduceScatterV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts,
+                        ReduceOp op, const CallOptions& options = {});
+  Status AllToAllV(ConstBuffer send, std::span<const size_t> send_counts, MutableBuffer recv,
+                   std::span<const size_t> recv_counts, const CallOptions& options = {});
+  Status GatherV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts, int root,
+                 const CallOptions& options = {});
+  Status ScatterV(ConstBuffer send, std::span<const size_t> counts, MutableBuffer recv, int root,
+                  const CallOptions& options = {});
 
   // Typed overloads; T is deduced from the recv span, and a non-const send span converts.
   template <Element T>
@@ -113,6 +183,70 @@ class Communicator {
                    const CallOptions& options = {}) {
     return AllGather(MakeBuffer(send), MakeBuffer(recv), options);
   }
+  template <Element T>
+  Status Broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                   const CallOptions& options = {}) {
+    return Broadcast(MakeBuffer(send), MakeBuffer(recv), root, options);
+  }
+  template <Element T>  // in place
+  Status Broadcast(std::span<T> inout, int root, const CallOptions& options = {}) {
+    return Broadcast(MakeBuffer(inout), MakeBuffer(inout), root, options);
+  }
+  template <Element T>
+  Status Reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                int root, const CallOptions& options = {}) {
+    return Reduce(MakeBuffer(send), MakeBuffer(recv), op, root, options);
+  }
+  template <Element T>  // in place
+  Status Reduce(std::span<T> inout, ReduceOp op, int root, const CallOptions& options = {}) {
+    return Reduce(MakeBuffer(inout), MakeBuffer(inout), op, root, options);
+  }
+  template <Element T>
+  Status Gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                const CallOptions& options = {}) {
+    return Gather(MakeBuffer(send), MakeBuffer(recv), root, options);
+  }
+  template <Element T>
+  Status Scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                 const CallOptions& options = {}) {
+    return Scatter(MakeBuffer(send), MakeBuffer(recv), root, options);
+  }
+  template <Element T>
+  Status AllToAll(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                  const CallOptions& options = {}) {
+    return AllToAll(MakeBuffer(send), MakeBuffer(recv), options);
+  }
+  template <Element T>  // in place
+  Status AllToAll(std::span<T> inout, const CallOptions& options = {}) {
+    return AllToAll(MakeBuffer(inout), MakeBuffer(inout), options);
+  }
+  template <Element T>
+  Status AllGatherV(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                    std::span<const size_t> counts, const CallOptions& options = {}) {
+    return AllGatherV(MakeBuffer(send), MakeBuffer(recv), counts, options);
+  }
+  template <Element T>
+  Status ReduceScatterV(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                        std::span<const size_t> counts, ReduceOp op,
+                        const CallOptions& options = {}) {
+    return ReduceScatterV(MakeBuffer(send), MakeBuffer(recv), counts, op, options);
+  }
+  template <Element T>
+  Status AllToAllV(std::span<const std::type_identity_t<T>> send,
+                   std::span<const size_t> send_counts, std::span<T> recv,
+                   std::span<const size_t> recv_counts, const CallOptions& options = {}) {
+    return AllToAllV(MakeBuffer(send), send_counts, MakeBuffer(recv), recv_counts, options);
+  }
+  template <Element T>
+  Status GatherV(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                 std::span<const size_t> counts, int root, const CallOptions& options = {}) {
+    return GatherV(MakeBuffer(send), MakeBuffer(recv), counts, root, options);
+  }
+  template <Element T>
+  Status ScatterV(std::span<const std::type_identity_t<T>> send, std::span<const size_t> counts,
+                  std::span<T> recv, int root, const CallOptions& options = {}) {
+    return ScatterV(MakeBuffer(send), counts, MakeBuffer(recv), root, options);
+  }
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.
@@ -125,21 +259,39 @@ class Communicator {
   void ResetTraffic();
 
  private:
+  friend Status internal::RunCollective(Communicator& comm, const internal::CallArgs& call,
+                                        const CallOptions& options);
   std::unique_ptr<internal::CommState> state_;
 };
 
 // Options for Communicator::Create from the environment a launcher set, on top of `base`.
-// Precedence, first match wins for each of rank, size and store:
-//   1. chorus launch / by hand: CHORUS_RANK, CHORUS_WORLD_SIZE, CHORUS_STORE (tcp:// or file://)
-//   2. torchrun: RANK, WORLD_SIZE, MASTER_ADDR + MASTER_PORT (rank 0 serves the store; under
-//      torchrun itself, whose agent holds MASTER_PORT, on MASTER_PORT + 1)
+// Precedence, first match wins for each of rank and size (a rank not below the size is an error
+// naming both variables):
+//   1. chorus launch / by hand: CHORUS_RANK, CHORUS_WORLD_SIZE
+//   2. torchrun: RANK, WORLD_SIZE
 //   3. Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
 //   4. MPICH / PMI: PMI_RANK, PMI_SIZE
 //   5. Slurm: SLURM_PROCID, SLURM_NTASKS
-// Under 3-5 without a store variable, ranks on one host meet in a file store under /tmp named
-// after the launcher's job. CHORUS_TIMEOUT_MS overrides base.timeout. Values already set in
-// `base` (rank >= 0, size > 0, a store) are kept. Errors name the variable and its value.
+// The store, first match wins: CHORUS_STORE (tcp://host:port or file:///path); MASTER_ADDR and
+// MASTER_PORT (rank 0 serves the store; under torchrun itself, whose agent holds MASTER_PORT,
+// on MASTER_PORT + 1); else, under mpirun, MPICH or Slurm (whose job id names the file),
+// a bootstrap:// store: rank 0 serves one and publishes its address in a 0600 file in
+// CHORUS_BOOTSTRAP_DIR (default /tmp; across hosts a shared directory).
+// Also: CHORUS_SECRET or CHORUS_SECRET_FILE (the job's secret), CHORUS_SOCKET_IFNAME (where TCP
+// ranks listen), CHORUS_TRANSPORT (auto, thread, shm, tcp), the job id (CHORUS_JOB_ID, else
+// TORCHELASTIC_RUN_ID, SLURM_JOB_ID.SLURM_STEP_ID or OMPI_MCA_ess_base_jobid), and what
+// LocalOptionsFromEnvironment reads. Values already set in `base` (rank >= 0, size > 0, a store,
+// a secret, a job id, a transport other than kAuto, ...) are kept. Errors name the variable and
+// its value.
 Result<CommOptions> CommOptionsFromEnvironment(CommOptions base = {});
+
+// The environment's settings that apply to any communicator, thread groups included, on top of
+// `base`: CHORUS_TIMEOUT_MS (overrides base.timeout), CHORUS_ALGO, CHORUS_WAIT (auto, sleep,
+// sleep-checked) and the tuning file (CHORUS_TUNING_FILE, which must exist, or "builtin" for the
+// built-in defaults; else $XDG_CONFIG_HOME/chorus/tuning.conf or ~/.config/chorus/tuning.conf
+// when it exists).
+//   auto group = chorus::CreateLocalGroup(4, *chorus::LocalOptionsFromEnvironment());
+Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base = {});
 
 // Creates `n` ranks as threads of this process: element r is rank r. Drive each from its own
 // thread. Requires 1 <= n <= 1024 and valid options.

@@ -31,6 +31,31 @@ namespace chorus {
 enum class TransportKind : uint8_t { kAuto, kThread, kShm, kTcp, kMpi };
 std::string_view TransportKindName(TransportKind kind);
 
+// How a rank waits for its peers.
+//   kAuto          spin briefly when the ranks fit on the cores, then yield the core, then sleep
+//                  on a futex until a peer's change wakes it (ARCHITECTURE.md section 6)
+//   kSleep         sleep at once on every wait: no spin, no yield. Each wait costs a wake-up
+//                  (a few microseconds) but never takes a core that other work could use.
+//   kSleepChecked  kSleep, and a wait whose condition came true without its doorbell ringing
+//                  fails the call with kInternal ("lost wake-up"). For chorus's own tests:
+//                  a missing ring then fails at once instead of costing a slice under load.
+// CHORUS_WAIT=auto|sleep|sleep-checked in the environment. MPI ranks always poll.
+enum class WaitMode : uint8_t { kAuto, kSleep, kSleepChecked };
+std::string_view WaitModeName(WaitMode mode);  // "auto", "sleep", "sleep-checked"
+
+// What protects the frames between TCP ranks once a connection has proved the job's secret.
+//   kAuthenticate  nothing more: a party on the path can read and change payloads (headers are
+//                  checked, not protected)
+//   kIntegrity     every frame carries a MAC under a key of its own connection and direction
+//                  (Poly1305, a one-time key per frame): a changed, replayed, reordered or
+//                  dropped frame fails the call on both ends; payloads travel in the clear
+//   kEncrypt       authenticated encryption of every frame (AES-256-GCM where the CPU has
+//                  AES-NI, else ChaCha20-Poly1305): also hides the payloads
+// Every rank must pass the same mode. CHORUS_WIRE=authenticate|integrity|encrypt. docs/security.md
+// says what each mode protects against, and what it costs.
+enum class WireMode : uint8_t { kAuthenticate, kIntegrity, kEncrypt };
+std::string_view WireModeName(WireMode mode);  // "authenticate", "integrity", "encrypt"
+
 struct CommOptions {
   // Every wait inside a collective ends by this deadline; the call then returns
   // kDeadlineExceeded and the communicator stays failed.
@@ -41,9 +66,24 @@ struct CommOptions {
   // Staging slots per link: how many segments a sender may run ahead of its receiver.
   int pipeline_depth = 4;
   TransportKind transport = TransportKind::kAuto;
-  // The algorithm every call uses unless CallOptions::algorithm says otherwise; empty lets the
-  // selection table choose per call (`chorus bench --list-algos` prints it).
+  // The algorithm every call of a collective that has one of this name uses ("ring" for the
+  // all-reduces, say; a broadcast, which has none, still selects), unless
+  // CallOptions::algorithm says otherwise; empty lets the selection table choose per call
+  // (`chorus bench --list-algos` prints it). A name no collective has is refused at Create.
   std::string algorithm;
+  WaitMode wait = WaitMode::kAuto;
+  // The machine parameters the selection's cost model uses: a file `chorus tune` wrote, or
+  // empty for the built-in defaults. A named file must exist and parse. Under Create every rank
+  // uses rank 0's, so that all pick the same algorithms. LocalOptionsFromEnvironment fills it
+  // in from CHORUS_TUNING_FILE, else $XDG_CONFIG_HOME/chorus/tuning.conf or
+  // ~/.config/chorus/tuning.conf when that exists.
+  std::string tuning_file;
+  WireMode wire = WireMode::kAuthenticate;
+  // Where shm ranks keep the segment they share: empty for /dev/shm (shm_open), else a
+  // directory, best another tmpfs ("/run/user/1000", a mounted hugetlbfs). Create first checks
+  // that the segment fits there and fails naming the place, its free space and what is needed.
+  // CHORUS_SHM_DIR in the environment.
+  std::string shm_dir;
 
   // Communicator::Create only (CreateLocalGroup ignores them); CommOptionsFromEnvironment fills
   // them in from a launcher's variables.
@@ -55,8 +95,13 @@ struct CommOptions {
   std::string store_url;
   // Rank 0 serves `store_url` itself (a TcpStoreServer on its port), as torchrun's MASTER_PORT.
   bool host_store = false;
-  // Communicators that meet through the same store need distinct names.
+  // Communicators of one job that meet through the same store need distinct names.
   std::string name = "world";
+  // The job the ranks belong to: ranks of different jobs never meet, even on one store with one
+  // name. Empty: jobs are told apart by their timing only, and two that start together on one
+  // store and name fail fast with a message saying so. CommOptionsFromEnvironment takes it from
+  // the launcher (CHORUS_JOB_ID, torchrun's run id, Slurm's job and step, Open MPI's job id).
+  std::string job_id;
   // The job's shared secret: every TCP connection (to the store and between ranks) proves it
   // knows it before any data moves. Required by the TCP store and transport; the environment
   // gives it as CHORUS_SECRET or CHORUS_SECRET_FILE, and `chorus launch` makes one up.
@@ -65,6 +110,9 @@ struct CommOptions {
   // every rank is on this host, else this host's first non-loopback IPv4 interface that is up.
   // CHORUS_SOCKET_IFNAME in the environment.
   std::string listen;
+  // Ranks with the same host id share a host: shared memory between them, TCP to the others.
+  // Empty: the hostname and the kernel's boot id. CHORUS_HOST_ID in the environment.
+  std::string host_id;
 };
 
 struct CallOptions {
@@ -72,7 +120,8 @@ struct CallOptions {
   std::optional<std::chrono::milliseconds> timeout;
   // Overrides CommOptions::segment_bytes for this call; must not exceed it.
   std::optional<size_t> segment_bytes;
-  // Runs this algorithm ("ring", "oneshot", "direct", ...) instead of the selected one.
+  // Runs this algorithm ("ring", "oneshot", "direct", ...) instead of the selected one; the
+  // call's collective must have it.
   std::string algorithm;
 };
 

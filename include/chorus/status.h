@@ -20,18 +20,28 @@
 
 namespace chorus {
 
+// Whether a communicator is still usable follows from the code alone: after kInvalidArgument it
+// is; after any other failure of a call it is failed, and every later call returns that failure.
 enum class StatusCode : uint8_t {
   kOk = 0,
-  // An argument is wrong on this rank. Fix the call; the communicator is still usable when every
-  // rank rejected the same call.
+  // A call's arguments are wrong: this rank rejected them before sending anything, or another
+  // rank rejected its own (the message names that rank and its reason). Every rank that
+  // entered the call returns this code and abandons the call; its output buffers hold nothing
+  // meaningful. The communicator stays usable: fix the call. Also returned by Create and
+  // CreateLocalGroup for bad options, and by stores for bad keys or values.
   kInvalidArgument,
-  // A wait ran past its deadline. The communicator is failed: recreate it.
+  // A wait ran past its deadline. The communicator is failed: recreate it. The message names
+  // the rank that is behind (absent from the call, stopped, or furthest back).
   kDeadlineExceeded,
-  // A peer is gone (exited, crashed, unreachable). Recreate the communicator without it.
+  // A peer is gone (exited, crashed, unreachable). The communicator is failed: recreate it
+  // without that peer.
   kUnavailable,
-  // The communicator was aborted (by Abort() or by a failure on another rank). Recreate it.
+  // Abort() was called (on this rank or another). The communicator is failed: recreate it.
   kAborted,
-  // The call is not allowed in the current state (for example a call after a failure).
+  // The ranks disagree: on a call (collective, count, type, op, algorithm, or the order of
+  // calls; the message names both sides), or at Create on their options or the job they belong
+  // to. A bug in the program or its launch. The communicator is failed: fix the calls and
+  // recreate it.
   kFailedPrecondition,
   // The request is valid but this build or transport does not support it.
   kUnimplemented,

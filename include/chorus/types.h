@@ -35,13 +35,17 @@ enum class DataType : uint8_t {
 };
 inline constexpr int kNumDataTypes = 10;
 
+// Integer kSum and kProd wrap around modulo 2^bits, as unsigned arithmetic does (for the
+// signed types too: two's complement, never undefined). kMin and kMax on floating point treat
+// -0 as less than +0; a NaN operand gives NaN.
 enum class ReduceOp : uint8_t {
   kSum,
   kProd,
   kMin,
   kMax,
-  // Sum, then divide by the number of ranks once at the end. Integer types divide with C++
-  // semantics (truncation toward zero), so avg of {1, 2} over 2 ranks of int32 is 1.
+  // The mean. Floating point: the sum, divided by the number of ranks once at the end. Integer
+  // types: the exact mean of the ranks' values, with no overflow on the way (int8 {100, 100}
+  // averages to 100), rounded toward zero as C++ division does (int32 {-3, 0} gives -1).
   kAvg,
 };
 inline constexpr int kNumReduceOps = 5;

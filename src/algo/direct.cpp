@@ -13,8 +13,8 @@ Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t co
   return Status::Ok();
 }
 
-// out = x_0 (+) x_1 (+) ... (+) x_{p-1}, combined in rank order so that every rank gets the
-// same bits; x_r is `mine`, x_q the next message from rank q. The last step finishes (avg).
+}  // namespace
+
 // Works block by block so the partial result stays in L1 between operands.
 Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
   constexpr size_t kBlockBytes = 32 << 10;
@@ -53,8 +53,6 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
   const int p = ctx.transport->size();
@@ -154,6 +152,23 @@ Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, siz
   CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine));
   CHORUS_RETURN_IF_ERROR(AllGatherPhase(ch, part, mine, recv));
   return ch.FlushReferenced();
+}
+
+Status EmptyCall(const CallContext& ctx) {
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  Channel ch(ctx);
+  ch.SetSegment(0, 1);
+  ch.SetStep(0, 2);
+  for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.SendCopy((r + i) % p, nullptr, 0));
+  ch.SetStep(1, 2);
+  for (int i = 1; i < p; ++i) {
+    const int q = (r + p - i) % p;
+    Message m;
+    CHORUS_RETURN_IF_ERROR(ch.Await(q, 0, &m));
+    ch.Done(q, m);
+  }
+  return Status::Ok();
 }
 
 }  // namespace chorus::internal

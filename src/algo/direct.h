@@ -31,4 +31,14 @@ Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, siz
 // Direct reduce-scatter into each rank's place in `recv`, then direct all-gather in place.
 Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 
+// A call with no elements, whatever its algorithm: one empty message to and from every peer,
+// so that the ranks still prove they agree on the call (a rank passing count 0 where its peers
+// pass 8 fails the call on every rank, instead of returning at once and shifting its next one).
+Status EmptyCall(const CallContext& ctx);
+
+// out = x_0 (+) x_1 (+) ... (+) x_{p-1}, combined in rank order so that every rank gets the
+// same bits; x_r is `mine` (which may be `out`), x_q the next message of n elements from rank
+// q. The last step finishes (avg).
+Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n);
+
 }  // namespace chorus::internal

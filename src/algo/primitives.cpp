@@ -1,22 +1,36 @@
 // Channel and the fused ring primitives (see primitives.h).
 #include "algo/primitives.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
 #include "algo/select.h"
+#include "core/collectives.h"
 #include "core/stream_copy.h"
 
 namespace chorus::internal {
 
 std::string Describe(const CallTag& tag) {
   std::string s(CollectiveKindName(tag.kind));
-  s += " #" + std::to_string(tag.call_index) + " (count " + std::to_string(tag.count) + ", ";
+  const CollectiveInfo& collective = Collective(tag.kind);
+  s += " #" + std::to_string(tag.call_index) + " (";
+  if (!collective.varied) {
+    s += "count " + std::to_string(tag.count) + ", ";
+  } else if (CountsShared(collective)) {
+    char digest[24];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(tag.layout));
+    s += "count " + std::to_string(tag.count) + " in blocks " + digest + ", ";
+  } else {
+    s += std::to_string(tag.layout) + " elements between the pair, ";
+  }
   s += DataTypeName(tag.dtype);
-  if (tag.kind != CollectiveKind::kAllGather) {
+  if (collective.reduces) {
     s += ", ";
     s += ReduceOpName(tag.op);
   }
+  if (collective.rooted) s += ", root " + std::to_string(tag.root);
   const auto algorithms = Algorithms();
   if (tag.algorithm < algorithms.size()) {
     s += ", ";
@@ -27,6 +41,7 @@ std::string Describe(const CallTag& tag) {
 
 Channel::Channel(const CallContext& ctx)
     : ctx_(ctx),
+      tag_(ctx.tag),
       t_(*ctx.transport),
       stream_(StreamOutputs(ctx.tag.count * ctx.elem_size, ctx.transport->ranks_on_host())) {}
 
@@ -38,28 +53,49 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
   const std::string op(CollectiveKindName(ctx_.tag.kind));
   const std::string me = "rank " + std::to_string(t_.rank());
   Status status;
-  if (result == WaitResult::kTimedOut) {
-    status = DeadlineExceeded(
-        op + ": " + me + " timed out after " + std::to_string(ctx_.waiter->timeout().count()) +
-        " ms waiting for " + what + " rank " + std::to_string(peer) + " (call #" +
-        std::to_string(ctx_.tag.call_index) + ", step " + std::to_string(step_ + 1) + " of " +
-        std::to_string(steps_) + ", segment " + std::to_string(segment_ + 1) + " of " +
-        std::to_string(segments_) + ")");
-    if (const std::string absent = t_.Absentees(ctx_.tag.call_index); !absent.empty()) {
-      status = DeadlineExceeded(status.message() + "; " + absent);
-    }
-  } else if (t_.failed()) {
+  // The group's first failure is the cause: "allreduce: rank 0 stopped: rank 3 stopped: rank 2
+  // exited", not the operation twice.
+  auto stopped = [&] {
     const Status cause = t_.failure();
-    // "allreduce: rank 0 stopped: rank 3 stopped: rank 2 exited", not the operation twice.
     std::string_view why = cause.message();
     if (why.rfind(op + ": ", 0) == 0) why.remove_prefix(op.size() + 2);
     return Status(cause.code(), op + ": " + me + " stopped: " + std::string(why));
+  };
+  if (result == WaitResult::kTimedOut) {
+    const uint64_t call = ctx_.tag.call_index;
+    status = DeadlineExceeded(
+        op + ": " + me + " timed out after " + std::to_string(ctx_.waiter->timeout().count()) +
+        " ms waiting for " + what + " rank " + std::to_string(peer) + " (call #" +
+        std::to_string(call) + ", step " + std::to_string(step_ + 1) + " of " +
+        std::to_string(steps_) + ", segment " + std::to_string(segment_ + 1) + " of " +
+        std::to_string(segments_) + ")");
+    // Whom to blame: the peer waited on may be waiting too. Ask the group (census.h).
+    const double waited = static_cast<double>(ctx_.waiter->timeout().count()) / 1000;
+    const auto budget = std::clamp(ctx_.waiter->timeout() / 4, std::chrono::milliseconds(20),
+                                   std::chrono::milliseconds(1000));
+    std::vector<PeerState> states = t_.Census(call, Clock::now() + budget);
+    states[static_cast<size_t>(t_.rank())].waiting_for = peer;
+    // A rank whose own deadline ran out while another rank, timed out first, was still asking
+    // its census reports that rank's failure: the census would find it gone from the call.
+    if (t_.failed()) return stopped();
+    if (const std::string verdict = Blame(states, t_.rank(), call, waited); !verdict.empty()) {
+      status = DeadlineExceeded(status.message() + "; " + verdict);
+    }
+  } else if (result == WaitResult::kLostWakeup) {
+    status = Internal(op + ": " + me + " waited for " + what + " rank " + std::to_string(peer) +
+                      " (call #" + std::to_string(ctx_.tag.call_index) + ", step " +
+                      std::to_string(step_ + 1) + " of " + std::to_string(steps_) +
+                      "): it came, but its doorbell never rang (a lost wake-up)");
+  } else if (t_.failed()) {
+    return stopped();
   } else if (!t_.PeerAlive(peer)) {
+    if (t_.DiedUnheard(peer) && AwaitFailureNotice()) return stopped();
     status = Unavailable(op + ": " + me + " stopped: " + t_.DescribeDeath(peer) +
                          " while this rank waited for " + what + " it");
   } else {
+    // A rank rejected the call: every rank abandons it, and the communicator stays usable.
     const Status cause = t_.Rejection(ctx_.tag.call_index);
-    status = Aborted(op + ": " + me + " stopped: " + cause.message());
+    return InvalidArgument(op + ": " + cause.message());
   }
   t_.Fail(status);
   return status;
@@ -70,31 +106,86 @@ Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
   Transport& t = t_;
   const uint64_t call = ctx_.tag.call_index;
   const WaitResult r = ctx_.waiter->Wait(
-      ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell());
+      ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell(),
+      peer);
   if (r != WaitResult::kReady) return WaitFailed(r, what, peer);
   return Status::Ok();
 }
 
 Status Channel::Await(int peer, size_t n, Message* m) {
-  CHORUS_RETURN_IF_ERROR(WaitFor(
-      peer, [&] { return t_.TryPeek(peer, m); }, "data from"));
-  // A message that arrived after the group failed may point into a buffer its owner is about
-  // to take back: leave it alone.
-  if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
-  if (!(m->tag == ctx_.tag)) {
-    return FailGroup(InvalidArgument(std::string(CollectiveKindName(ctx_.tag.kind)) +
-                                     ": ranks disagree on the call: rank " + std::to_string(peer) +
-                                     " is in " + Describe(m->tag) + ", rank " +
-                                     std::to_string(t_.rank()) + " is in " + Describe(ctx_.tag)));
+  const uint64_t call = ctx_.tag.call_index;
+  for (;;) {
+    CHORUS_RETURN_IF_ERROR(WaitFor(
+        peer, [&] { return t_.TryPeek(peer, m); }, "data from"));
+    // A message that arrived after the group failed may point into a buffer its owner is about
+    // to take back: leave it alone.
+    if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
+    if (m->tag == tag_) break;
+    // Left over from a call that some rank rejected: its sender abandoned it, and so did we.
+    if (m->tag.call_index < call && t_.Abandoned(m->tag.call_index)) {
+      t_.Release(peer);
+      continue;
+    }
+    // The sender is past this call: it rejected it, or learnt that another rank did, and that
+    // rank's notice is still on its way here.
+    if (m->tag.call_index > call && AwaitRejection()) {
+      return WaitFailed(WaitResult::kInterrupted, "data from", peer);
+    }
+    CallTag same_but_layout = m->tag;
+    same_but_layout.layout = tag_.layout;
+    if (same_but_layout == tag_) return FailGroup(CountsDisagree(peer, m->tag.layout));
+    return FailGroup(FailedPrecondition(
+        std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
+        std::to_string(peer) + " is in " + Describe(m->tag) + ", rank " +
+        std::to_string(t_.rank()) + " is in " + Describe(tag_)));
   }
   if (m->bytes != n * ctx_.elem_size) {  // same call, different CallOptions::segment_bytes
-    return FailGroup(InvalidArgument(
+    return FailGroup(FailedPrecondition(
         std::string(CollectiveKindName(ctx_.tag.kind)) + ": rank " + std::to_string(peer) +
         " sent a segment of " + std::to_string(m->bytes) + " bytes where rank " +
         std::to_string(t_.rank()) + " expected " + std::to_string(n * ctx_.elem_size) +
         " (do the ranks pass the same CallOptions::segment_bytes?)"));
   }
   return Status::Ok();
+}
+
+Status Channel::CountsDisagree(int peer, uint64_t theirs) const {
+  const std::string op(CollectiveKindName(ctx_.tag.kind));
+  const std::string them = "rank " + std::to_string(peer);
+  const std::string me = "rank " + std::to_string(t_.rank());
+  if (CountsShared(Collective(ctx_.tag.kind))) {
+    return FailedPrecondition(op + ": ranks disagree on the counts: " + them + " and " + me +
+                              " pass different arrays (every rank must pass the same)");
+  }
+  return FailedPrecondition(op + ": ranks disagree on the counts: " + them + " sends " +
+                            std::to_string(theirs) + " elements to " + me + ", which expects " +
+                            std::to_string(tag_.layout) + " from it");
+}
+
+template <typename Known>
+void Channel::AwaitNotice(Known&& known, Deadline until) {
+  auto polled = [&] {
+    t_.Poll();  // transports that progress only when polled (MPI) read the notices now
+    return known();
+  };
+  while (!polled() && Clock::now() < until) {
+    if (t_.rings_doorbell()) {
+      t_.doorbell().Sleep(polled, std::min(until, Clock::now() + Waiter::kSleepSlice));
+    } else {
+      YieldCpu();
+    }
+  }
+}
+
+bool Channel::AwaitRejection() {
+  const uint64_t call = ctx_.tag.call_index;
+  AwaitNotice([&] { return t_.Rejected(call) || t_.failed(); }, Clock::now() + kRejectionGrace);
+  return t_.Rejected(call) && !t_.failed();
+}
+
+bool Channel::AwaitFailureNotice() {
+  AwaitNotice([&] { return t_.failed(); }, Clock::now() + kDeathNoticeGrace);
+  return t_.failed();
 }
 
 Status Channel::FailGroup(Status status) {
@@ -114,7 +205,7 @@ Status Channel::Reserve(int peer, void** slot) {
 
 void Channel::Publish(int peer, const void* data, size_t n) {
   const size_t bytes = n * ctx_.elem_size;
-  t_.Post(peer, Message{data, bytes, ctx_.tag});
+  t_.Post(peer, Message{data, bytes, tag_});
   ctx_.traffic->bytes_sent += bytes;
 }
 
@@ -147,15 +238,23 @@ Status Channel::Send(int peer, const void* src, size_t n) {
 Status Channel::SendToAll(const void* src, size_t n) {
   const int p = t_.size();
   const int r = t_.rank();
-  if (t_.zero_copy() || !t_.shares_slots() || p <= 2 || n * ctx_.elem_size <= (16 << 10)) {
+  if (t_.zero_copy() || !t_.shares_slots() || p <= 2) {
     for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(Send((r + i) % p, src, n));
     return Status::Ok();
   }
   // Every link carries the same messages, so a credit on each means every peer released the
-  // message that last used the slot we are about to fill.
+  // message that last used the slot we are about to fill. That holds for the small messages
+  // too: the slot of `next` each one takes may be one an earlier shared message left to every
+  // peer, which a rank that ran ahead (a broadcast's root) must not overwrite while a slower
+  // peer still reads it.
   for (int i = 2; i < p; ++i) {
     const int q = (r + i) % p;
-    CHORUS_RETURN_IF_ERROR(WaitFor(q, [&] { return t_.TryCredit(q); }, "a slot released by"));
+    CHORUS_RETURN_IF_ERROR(WaitFor(
+        q, [&] { return t_.TryCredit(q); }, "a slot released by"));
+  }
+  if (n * ctx_.elem_size <= (16 << 10)) {
+    for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(Send((r + i) % p, src, n));
+    return Status::Ok();
   }
   const int next = (r + 1) % p;
   void* slot = nullptr;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 
 #include "chorus/communicator.h"
 #include "core/wait.h"
@@ -34,6 +35,12 @@ struct CallContext {
   CallTag tag;
   size_t elem_size = 0;
   size_t segment_elems = 0;  // elements per message
+  // A varied collective's block lengths (CallArgs::send_counts and recv_counts), and this
+  // rank's buffers' counts.
+  std::span<const size_t> send_counts;
+  std::span<const size_t> recv_counts;
+  size_t send_elems = 0;
+  size_t recv_elems = 0;
   // The rank's waits: policy, learnt spin and this call's deadline (Waiter::StartCall).
   Waiter* waiter = nullptr;
   std::byte* scratch = nullptr;     // segment_elems elements of this rank's own
@@ -64,6 +71,9 @@ class Channel {
     SetStep(-1, steps);
   }
   void NextStep() { ++step_; }
+  // Varied collectives whose counts differ by rank: the elements the next messages to or from
+  // a peer carry in all (both sides set it, and a message whose count differs fails the call).
+  void SetPairCount(size_t n) { tag_.layout = n; }
 
   // The next message from `peer`, which must hold `n` elements of this call.
   Status Await(int peer, size_t n, Message* m);
@@ -106,8 +116,23 @@ class Channel {
   // Turns a wait that did not succeed into the call's error and fails the group.
   Status WaitFailed(WaitResult result, const char* what, int peer);
   Status FailGroup(Status status);
+  // The error for a message of this call whose counts (CallTag::layout) differ from ours.
+  Status CountsDisagree(int peer, uint64_t theirs) const;
+  // Called when a peer's message belongs to a later call: waits up to kRejectionGrace for the
+  // notice that some rank rejected this call. True if it came (and the group has not failed).
+  bool AwaitRejection();
+  static constexpr std::chrono::milliseconds kRejectionGrace{2000};
+  // Called when `peer` died before its link was up (Transport::DiedUnheard): the cause it sent
+  // its other peers may still come through them. Waits up to kDeathNoticeGrace for the group's
+  // failure; true if it came.
+  bool AwaitFailureNotice();
+  static constexpr std::chrono::milliseconds kDeathNoticeGrace{2000};
+  // Sleeps (or yields, on transports without a doorbell) until known() or `until`.
+  template <typename Known>
+  void AwaitNotice(Known&& known, Deadline until);
 
   const CallContext& ctx_;
+  CallTag tag_;  // the call's, with this pair's count where the collective has one
   Transport& t_;
   int step_ = 0;
   int steps_ = 0;

@@ -7,12 +7,14 @@
 #include <array>
 #include <string>
 
+#include "algo/alltoall.h"
 #include "algo/bruck.h"
 #include "algo/direct.h"
 #include "algo/hierarchical.h"
 #include "algo/recursive.h"
 #include "algo/ring.h"
-#include "model/algorithm_cost.h"
+#include "algo/rooted.h"
+#include "algo/varied.h"
 #include "model/tuning.h"
 
 namespace chorus::internal {
@@ -73,51 +75,125 @@ bool DirectAllGatherFits(const CallShapeForSelection& s) {
   return DirectFits(s) || (IsShm(s) && s.ranks >= 3 && s.bytes >= kShmBroadcastMinBytes);
 }
 bool RingAllGatherFits(const CallShapeForSelection& s) { return !DirectAllGatherFits(s); }
+// Rooted collectives: on thread ranks peers read the root's buffer in place; through shared
+// memory one staged copy serves every peer while the buffer is small; over the network the
+// model weighs the root's p - 1 sends against the chain's p - 1 hops.
+bool DirectRootedFits(const CallShapeForSelection& s) { return DirectFits(s) || IsNetwork(s); }
+bool ChainFits(const CallShapeForSelection& s) { return !IsThread(s); }
+bool OnOneHost(const CallShapeForSelection& s) { return !IsNetwork(s); }
+// All-to-all on thread ranks reads every block straight from its owner.
+bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
 
-constexpr std::array<AlgorithmInfo, 11> kAlgorithms = {{
+bool Anywhere(const CallShapeForSelection&) { return true; }
+
+constexpr std::array<AlgorithmInfo, 29> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
-     "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce},
+     "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce,
+     model::OneShotAllReduceTerms},
     {CollectiveKind::kAllReduce, "direct",
      "direct reduce-scatter (chunks read in place) then direct all-gather; 2 steps",
-     "thread ranks > 16 KiB", DirectAllReduceFits, DirectAllReduce},
+     "thread ranks > 16 KiB", DirectAllReduceFits, DirectAllReduce, model::DirectAllReduceTerms},
     {CollectiveKind::kAllReduce, "hierarchical",
      "shm reduce-scatter in each host, TCP ring all-reduce across hosts, shm all-gather",
-     "ranks on several hosts, the same number (> 1) on each", MultiHost, HierarchicalAllReduce},
+     "ranks on several hosts, the same number (> 1) on each", MultiHost, HierarchicalAllReduce,
+     model::HierarchicalAllReduceTerms},
     {CollectiveKind::kAllReduce, "ring",
      "pipelined ring reduce-scatter then ring all-gather; 2(p-1) steps, 2(p-1)/p n bytes",
-     "shm ranks > 64 KiB; TCP and MPI ranks", RingAllReduceFits, RingAllReduce},
+     "shm ranks > 64 KiB; TCP and MPI ranks", RingAllReduceFits, RingAllReduce,
+     model::RingAllReduceTerms},
     {CollectiveKind::kAllReduce, "rabenseifner",
      "recursive-halving reduce-scatter then recursive-doubling all-gather; 2 log2 p steps",
-     "TCP or MPI ranks, one per host or all on one", Networked, RabenseifnerAllReduce},
+     "TCP or MPI ranks, one per host or all on one", Networked, RabenseifnerAllReduce,
+     model::RabenseifnerAllReduceTerms},
     {CollectiveKind::kAllReduce, "rd",
      "recursive doubling: log2 p steps, each swapping and combining the whole buffer",
-     "TCP or MPI ranks, one per host or all on one", Networked, RecursiveDoublingAllReduce},
+     "TCP or MPI ranks, one per host or all on one", Networked, RecursiveDoublingAllReduce,
+     model::RecursiveDoublingAllReduceTerms},
     {CollectiveKind::kReduceScatter, "direct",
      "rank r reduces chunk r of every input (read in place on threads); 1 step",
-     "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectReduceScatter},
+     "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectReduceScatter,
+     model::DirectReduceScatterTerms},
     {CollectiveKind::kReduceScatter, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
-     "where direct is not", RingFits, RingReduceScatter},
+     "where direct is not", RingFits, RingReduceScatter, model::RingReduceScatterTerms},
     {CollectiveKind::kAllGather, "direct",
      "every rank copies every block straight from its owner; 1 step",
      "thread ranks; shm ranks <= 256 KiB, or >= 4 MiB with 3 or more ranks", DirectAllGatherFits,
-     DirectAllGather},
+     DirectAllGather, model::DirectAllGatherTerms},
     {CollectiveKind::kAllGather, "ring", "pipelined ring; p-1 steps, (p-1)/p n bytes",
-     "where direct is not", RingAllGatherFits, RingAllGather},
+     "where direct is not", RingAllGatherFits, RingAllGather, model::RingAllGatherTerms},
     {CollectiveKind::kAllGather, "bruck",
      "Bruck: ceil(log2 p) steps, doubling the blocks each rank holds",
-     "TCP or MPI ranks, one per host or all on one", Networked, BruckAllGather},
+     "TCP or MPI ranks, one per host or all on one", Networked, BruckAllGather,
+     model::BruckAllGatherTerms},
+    {CollectiveKind::kBroadcast, "direct",
+     "the root sends every segment to all peers at once (read in place on threads); 1 step",
+     "thread ranks; shm ranks <= 256 KiB; TCP and MPI ranks", DirectRootedFits, DirectBroadcast,
+     model::DirectBroadcastTerms},
+    {CollectiveKind::kBroadcast, "chain",
+     "pipelined chain from the root; p-1 hops, n bytes per rank", "all but thread ranks", ChainFits,
+     ChainBroadcast, model::ChainBroadcastTerms},
+    {CollectiveKind::kBroadcast, "binomial",
+     "binomial tree from the root, pipelined by segment; ceil(log2 p) steps",
+     "TCP and MPI ranks", IsNetwork, BinomialBroadcast, model::BinomialBroadcastTerms},
+    {CollectiveKind::kBroadcast, "scatter_allgather",
+     "the root scatters one chunk per rank, then a ring all-gather; p steps, 2(p-1)/p n bytes",
+     "TCP and MPI ranks", IsNetwork, ScatterAllGatherBroadcast,
+     model::ScatterAllGatherBroadcastTerms},
+    {CollectiveKind::kReduce, "direct",
+     "every rank sends its input to the root, which combines them in rank order; 1 step",
+     "thread ranks; shm ranks <= 256 KiB; TCP and MPI ranks", DirectRootedFits, DirectReduce,
+     model::DirectReduceTerms},
+    {CollectiveKind::kReduce, "chain",
+     "pipelined chain of partial sums ending at the root; p-1 hops, n bytes per rank",
+     "all but thread ranks", ChainFits, ChainReduce, model::ChainReduceTerms},
+    {CollectiveKind::kReduce, "binomial",
+     "binomial tree of partial sums ending at the root, pipelined by segment; ceil(log2 p) "
+     "steps",
+     "TCP and MPI ranks", IsNetwork, BinomialReduce, model::BinomialReduceTerms},
+    {CollectiveKind::kBarrier, "direct", "an empty message to and from every peer; 1 step",
+     "thread and shm ranks", OnOneHost, DirectBarrier, model::DirectBarrierTerms},
+    {CollectiveKind::kBarrier, "dissemination",
+     "round k signals rank r+2^k and waits for r-2^k; ceil(log2 p) steps", "TCP and MPI ranks",
+     IsNetwork, DisseminationBarrier, model::DisseminationBarrierTerms},
+    {CollectiveKind::kGather, "direct",
+     "every rank sends its block to the root (read in place on threads); 1 step", "every transport",
+     Anywhere, DirectGather, model::DirectGatherTerms},
+    {CollectiveKind::kScatter, "direct",
+     "the root sends block q to rank q (read in place on threads); 1 step", "every transport",
+     Anywhere, DirectScatter, model::DirectScatterTerms},
+    {CollectiveKind::kAllToAll, "pairwise",
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p), (p-1)/p n bytes",
+     "all but thread ranks", NotThread, PairwiseAllToAll, model::PairwiseAllToAllTerms},
+    {CollectiveKind::kAllToAll, "direct",
+     "every block at once, read straight from its owner (in place: pairwise); 1 step",
+     "thread ranks", IsThread, DirectAllToAll, model::DirectAllToAllTerms},
+    {CollectiveKind::kAllGatherV, "pairwise",
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport",
+     Anywhere, PairwiseAllGatherV, model::PairwiseAllGatherVTerms},
+    {CollectiveKind::kReduceScatterV, "direct",
+     "block q of every rank to rank q, reduced there in rank order; 1 step", "every transport",
+     Anywhere, DirectReduceScatterV, model::DirectReduceScatterVTerms},
+    {CollectiveKind::kAllToAllV, "pairwise",
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport",
+     Anywhere, PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
+    {CollectiveKind::kGatherV, "direct", "every rank sends its block to the root; 1 step",
+     "every transport", Anywhere, DirectGatherV, model::DirectGatherVTerms},
+    {CollectiveKind::kScatterV, "direct", "the root sends block q to rank q; 1 step",
+     "every transport", Anywhere, DirectScatterV, model::DirectScatterVTerms},
 }};
 
-// The allowed algorithm predicted fastest; the ring when no rule allows any (a transport the
-// rules do not know).
+// The allowed algorithm predicted fastest; the collective's last algorithm when no rule allows
+// any (a transport the rules do not know).
 const AlgorithmInfo* Cheapest(const CallShapeForSelection& shape) {
   const AlgorithmInfo* best = nullptr;
   const AlgorithmInfo* ring = nullptr;
+  const AlgorithmInfo* last = nullptr;
   double best_seconds = 0;
   for (const AlgorithmInfo& info : kAlgorithms) {
     if (info.kind != shape.kind) continue;
     if (info.name == "ring") ring = &info;
+    last = &info;
     if (!info.allowed(shape)) continue;
     const double seconds = PredictedSeconds(info, shape);
     if (best == nullptr || seconds < best_seconds) {
@@ -125,18 +201,30 @@ const AlgorithmInfo* Cheapest(const CallShapeForSelection& shape) {
       best_seconds = seconds;
     }
   }
-  return best != nullptr ? best : ring;
+  if (best != nullptr) return best;
+  return ring != nullptr ? ring : last;
 }
 
 }  // namespace
 
 std::span<const AlgorithmInfo> Algorithms() { return kAlgorithms; }
 
+const AlgorithmInfo* FindAlgorithm(CollectiveKind kind, std::string_view name) {
+  for (const AlgorithmInfo& info : kAlgorithms) {
+    if (info.kind == kind && info.name == name) return &info;
+  }
+  return nullptr;
+}
+
+bool Implements(CollectiveKind kind, std::string_view name) {
+  return FindAlgorithm(kind, name) != nullptr;
+}
+
 double PredictedSeconds(const AlgorithmInfo& info, const CallShapeForSelection& shape) {
   static const model::Tuning defaults = model::DefaultTuning();
   const model::MachineParams& params =
       shape.params != nullptr ? *shape.params : defaults.For(shape.transport);
-  return model::PredictSeconds(info.kind, info.name, shape.ranks, static_cast<double>(shape.bytes),
+  return model::PredictSeconds(info.terms.get(), shape.ranks, static_cast<double>(shape.bytes),
                                params, shape.cores);
 }
 

@@ -15,6 +15,7 @@
 
 #include "algo/primitives.h"
 #include "chorus/options.h"
+#include "model/algorithm_cost.h"
 #include "model/cost_model.h"
 
 namespace chorus::internal {
@@ -31,6 +32,21 @@ struct CallShapeForSelection {
   const model::MachineParams* params = nullptr;  // the transport's; null: built-in defaults
 };
 
+// An algorithm's cost terms (model/algorithm_cost.h), as its row names them. It is made from a
+// function, not a pointer, so there is no null one, and it has no default: a row without its
+// costs does not compile.
+class CostTerms {
+ public:
+  // NOLINTNEXTLINE(google-explicit-constructor): a row names the function itself
+  constexpr CostTerms(model::AlgorithmTerms (&terms)(int p)) : terms_(&terms) {}
+  // Every term 0 for ranks <= 1.
+  model::AlgorithmTerms operator()(int ranks) const { return model::TermsFor(terms_, ranks); }
+  model::TermsFn get() const { return terms_; }
+
+ private:
+  model::TermsFn terms_;
+};
+
 struct AlgorithmInfo {
   CollectiveKind kind;
   std::string_view name;
@@ -38,10 +54,15 @@ struct AlgorithmInfo {
   std::string_view rule;  // when the selection may pick it, in words
   bool (*allowed)(const CallShapeForSelection& shape);
   AlgorithmFn run;
+  CostTerms terms;
 };
 
 // Every algorithm; ties in predicted time go to the earlier entry.
 std::span<const AlgorithmInfo> Algorithms();
+// True when `kind` has an algorithm called `name`.
+bool Implements(CollectiveKind kind, std::string_view name);
+// The algorithm of `kind` called `name`, or null.
+const AlgorithmInfo* FindAlgorithm(CollectiveKind kind, std::string_view name);
 
 // The model's prediction for `info` on `shape`, in seconds.
 double PredictedSeconds(const AlgorithmInfo& info, const CallShapeForSelection& shape);
@@ -65,8 +86,7 @@ class Selector {
   Selector(const Selector&) = delete;
   Selector& operator=(const Selector&) = delete;
 
-  Result<const AlgorithmInfo*> Pick(CollectiveKind kind, size_t bytes,
-                                    std::string_view requested);
+  Result<const AlgorithmInfo*> Pick(CollectiveKind kind, size_t bytes, std::string_view requested);
 
  private:
   struct Recent {

@@ -7,6 +7,7 @@
 
 #include "algo/select.h"
 #include "chorus/communicator.h"
+#include "core/collectives.h"
 #include "core/wait.h"
 #include "model/cost_model.h"
 #include "transport/transport.h"
@@ -17,9 +18,10 @@ namespace chorus::internal {
 // a line shared with a neighbour's per-call writes would bounce between cores on every call.
 class alignas(64) CommState {
  public:
-  // `params`: the transport's calibrated costs (model::ActiveTuning()), for the selection.
+  // `params`: the transport's calibrated costs (the tuning every rank agreed on), and `cores`
+  // the cores the job's ranks share (0: count this host's), both for the selection.
   CommState(std::unique_ptr<Transport> transport, TransportKind kind, const CommOptions& options,
-            const model::MachineParams& params);
+            const model::MachineParams& params, int cores = 0);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -27,8 +29,7 @@ class alignas(64) CommState {
   // Keeps the store server this rank hosts alive as long as the communicator.
   void HostStore(std::unique_ptr<TcpStoreServer> server) { store_server_ = std::move(server); }
 
-  Status Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv, ReduceOp op,
-             const CallOptions& options);
+  Status Run(const CallArgs& call, const CallOptions& options);
   void Abort();
   Status health() const;
 
@@ -37,6 +38,11 @@ class alignas(64) CommState {
 
  private:
   void Quiesce(uint64_t call);
+  // Runs call `call` (validated) on the selected algorithm; counts its bytes, not the call.
+  Status Execute(const CallArgs& args, const CallOptions& options, uint64_t call);
+  static bool IsIntegerAvg(DataType dtype, ReduceOp op, int size);
+  // kAvg of an integer type, exactly: a uint64 sum of two lanes per element (communicator.cpp).
+  Status RunIntegerAvg(const CallArgs& args, const CallOptions& options, uint64_t call);
 
   std::unique_ptr<TcpStoreServer> store_server_;
   std::unique_ptr<Transport> transport_;
@@ -55,7 +61,9 @@ class alignas(64) CommState {
   std::byte* scratch_ = nullptr;
   const void** operands_ = nullptr;
   Message* messages_ = nullptr;
-  uint64_t calls_ = 0;  // every call, rejected ones included: ranks agree on it
+  uint64_t calls_ = 0;                     // every call, rejected ones included: ranks agree on it
+  std::unique_ptr<uint64_t[]> avg_lanes_;  // integer averages' lanes, made on first use
+  std::unique_ptr<size_t[]> avg_counts_;   // ... and a reduce-scatter-v's lane counts
   TrafficCounters traffic_;
 };
 

@@ -4,11 +4,15 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "algo/direct.h"
 #include "algo/primitives.h"
 #include "algo/select.h"
 #include "core/comm_state.h"
@@ -31,21 +35,33 @@ int JobCores(const Transport& t) {
   return std::max(1, here) * t.size() / std::max(1, t.ranks_on_host());
 }
 
+WaitPolicy PolicyFor(const Transport& t, WaitMode mode) {
+  if (!t.rings_doorbell()) return WaitPolicy::PollOnly();  // nothing would wake a sleeper
+  switch (mode) {
+    case WaitMode::kAuto:
+      break;
+    case WaitMode::kSleep:
+      return WaitPolicy::SleepOnly(false);
+    case WaitMode::kSleepChecked:
+      return WaitPolicy::SleepOnly(true);
+  }
+  return WaitPolicy::For(t.ranks_on_host());
+}
+
 }  // namespace
 
 CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
-                     const CommOptions& options, const model::MachineParams& params)
+                     const CommOptions& options, const model::MachineParams& params, int cores)
     : transport_(std::move(transport)),
       kind_(kind),
       options_(options),
-      waiter_(transport_->rings_doorbell() ? WaitPolicy::For(transport_->ranks_on_host())
-                                           : WaitPolicy::PollOnly()),
+      waiter_(PolicyFor(*transport_, options.wait), &transport_->beacon()),
       selector_({.kind = CollectiveKind::kAllReduce,
                  .transport = kind,
                  .ranks = transport_->size(),
                  .bytes = 0,
                  .multi_host = transport_->hosts() != nullptr,
-                 .cores = JobCores(*transport_)},
+                 .cores = cores > 0 ? cores : JobCores(*transport_)},
                 params) {
   const auto p = static_cast<size_t>(transport_->size());
   const auto lines = [](size_t bytes) { return (bytes + sizeof(Line) - 1) / sizeof(Line); };
@@ -83,14 +99,13 @@ void CommState::Quiesce(uint64_t call) {
   }
 }
 
-
 void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }
 
-Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv, ReduceOp op,
-                      const CallOptions& options) {
+Status CommState::Run(const CallArgs& args, const CallOptions& options) {
   const uint64_t call = calls_++;
+  const CollectiveKind kind = args.kind;
   if (!sticky_.ok()) return sticky_;
   // The recorded failure only: a peer that already left is no reason to refuse a call that
   // may not need it (a zero count); waits notice dead peers they depend on.
@@ -102,16 +117,38 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
                                  std::to_string(rank()) + " cannot start: " + cause.message());
     return sticky_;
   }
-  const CallShape shape{kind, rank(), size(), transport_->slot_bytes()};
-  if (Status invalid = ValidateCall(shape, send, recv, op, options); !invalid.ok()) {
+  const CallShape shape{rank(), size(), transport_->slot_bytes()};
+  if (Status invalid = ValidateCall(shape, args, options); !invalid.ok()) {
     // Nothing was sent; let peers that entered this call stop instead of waiting for us.
     transport_->Reject(call, invalid.message());
     return invalid;
   }
+  const CallArgs used = Normalized(args, rank());
+  const Status status = Collective(kind).reduces && IsIntegerAvg(used.send.dtype, used.op, size())
+                            ? RunIntegerAvg(used, options, call)
+                            : Execute(used, options, call);
+  if (!status.ok()) return status;
+  ++traffic_.by_kind[static_cast<int>(kind)].calls;
+  ++traffic_.total.calls;
+  return Status::Ok();
+}
 
-  const size_t total = kind == CollectiveKind::kAllGather ? recv.count : send.count;
+Status CommState::Execute(const CallArgs& args, const CallOptions& options, uint64_t call) {
+  const CollectiveKind kind = args.kind;
+  const CollectiveInfo& collective = Collective(kind);
+  const ConstBuffer send = args.send;
+  const MutableBuffer recv = args.recv;
+  // What every rank agrees on: a varied call's shared counts (their sum, and their digest in
+  // the tag), else nothing but the kind (each pair checks its own exchange).
+  const size_t total = collective.varied ? VariedCountsOf(collective, args, rank()).total
+                                         : CountsOf(collective, send.count, recv.count, size()).total;
+  const bool shared = CountsShared(collective);
   const size_t elem = DataTypeSize(send.dtype);
-  const std::string& requested = options.algorithm.empty() ? options_.algorithm : options.algorithm;
+  // The communicator's algorithm (CHORUS_ALGO=ring) applies to the collectives that have one
+  // of that name; a call's own must exist.
+  const std::string& requested = !options.algorithm.empty()             ? options.algorithm
+                                 : Implements(kind, options_.algorithm) ? options_.algorithm
+                                                                        : options.algorithm;
   auto algorithm = selector_.Pick(kind, total * elem, requested);
   if (!algorithm.ok()) {
     transport_->Reject(call, algorithm.status().message());
@@ -119,19 +156,27 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   }
   transport_->Enter(call);
   const std::chrono::milliseconds timeout = options.timeout.value_or(options_.timeout);
-  const size_t segment_bytes = options.segment_bytes.value_or(transport_->slot_bytes());
+  const size_t segment_bytes = options.segment_bytes.value_or(transport_->default_segment_bytes());
 
   Traffic& traffic = traffic_.by_kind[static_cast<int>(kind)];
   const Traffic before = traffic;
   CallContext ctx;
   ctx.transport = transport_.get();
-  ctx.kernel = kind == CollectiveKind::kAllGather ? nullptr : &reduce::GetKernel(send.dtype, op);
+  ctx.kernel = collective.reduces ? &reduce::GetKernel(send.dtype, args.op) : nullptr;
   ctx.tag = CallTag{call,
                     total,
                     kind,
                     send.dtype,
-                    kind == CollectiveKind::kAllGather ? ReduceOp::kSum : op,
-                    static_cast<uint8_t>(*algorithm - Algorithms().data())};
+                    collective.reduces ? args.op : ReduceOp::kSum,
+                    static_cast<uint8_t>(*algorithm - Algorithms().data()),
+                    collective.rooted ? static_cast<uint32_t>(args.root) : 0u,
+                    shared ? CountsDigest(args.send_counts.empty() ? args.recv_counts
+                                                                   : args.send_counts)
+                           : 0u};
+  ctx.send_counts = args.send_counts;
+  ctx.recv_counts = args.recv_counts;
+  ctx.send_elems = send.count;
+  ctx.recv_elems = recv.count;
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
   waiter_.StartCall(timeout);  // the deadline is fixed by the first wait that reads the clock
@@ -141,21 +186,173 @@ Status CommState::Run(CollectiveKind kind, ConstBuffer send, MutableBuffer recv,
   ctx.operands = operands_;
   ctx.messages = messages_;
 
-  const Status status = (*algorithm)->run(ctx, send.data, recv.data, total);
+  // A call without elements still meets the peers; a barrier is nothing else, by its own
+  // algorithm, and a varied call's algorithm sends every pair a message, empty or not.
+  const bool empty =
+      total == 0 && size() > 1 && collective.counts != Counts::kNone && !collective.varied;
+  const Status status =
+      empty ? EmptyCall(ctx) : (*algorithm)->run(ctx, send.data, recv.data, total);
   transport_->Leave();
-  if (!status.ok()) Quiesce(call);
-  if (!status.ok()) {
-    sticky_ = status;
-    return status;
-  }
-  ++traffic.calls;
   traffic_.total.bytes_sent += traffic.bytes_sent - before.bytes_sent;
   traffic_.total.bytes_received += traffic.bytes_received - before.bytes_received;
-  ++traffic_.total.calls;
+  if (!status.ok()) {
+    transport_->beacon().waiting_for.store(0, std::memory_order_relaxed);  // after a timeout
+    Quiesce(call);
+    // kInvalidArgument: a rank rejected the call and every rank abandoned it; nothing else
+    // leaves the communicator usable.
+    if (status.code() != StatusCode::kInvalidArgument) sticky_ = status;
+  }
+  return status;
+}
+
+// ------------------------------------------------------------------ integer averages
+//
+// The mean of p integers, exactly, whatever their size: each element x becomes two uint64
+// lanes, q = u / p and r = u % p, where u = x - min(T) is x moved into the unsigned range. Their
+// sums cannot overflow (the sum of the q is at most the largest u, the sum of the r below p*p),
+// and floor(sum of u / p) = sum of q + (sum of r) / p. The lanes go through a uint64 sum of the
+// same collective, in chunks that fit a buffer allocated on first use; the mean then moves back
+// by min(T) and rounds toward zero, as C++ integer division does.
+
+bool CommState::IsIntegerAvg(DataType dtype, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg || size < 2) return false;
+  switch (dtype) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+    case DataType::kInt32:
+    case DataType::kUint32:
+    case DataType::kInt64:
+    case DataType::kUint64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+constexpr size_t kAvgBufferBytes = size_t{4} << 20;
+
+template <typename T>
+void Widen(const void* in, size_t n, uint64_t p, uint64_t* lanes) {
+  const auto* x = static_cast<const T*>(in);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t u =
+        static_cast<uint64_t>(
+            static_cast<std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>(x[i])) -
+        static_cast<uint64_t>(std::numeric_limits<T>::min());
+    lanes[2 * i] = u / p;
+    lanes[2 * i + 1] = u % p;
+  }
+}
+
+template <typename T>
+void Narrow(const uint64_t* lanes, size_t n, uint64_t p, void* out) {
+  auto* x = static_cast<T*>(out);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t mean_u = lanes[2 * i] + lanes[2 * i + 1] / p;  // floor of the mean, shifted
+    const bool inexact = lanes[2 * i + 1] % p != 0;
+    auto mean = static_cast<std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>(
+        mean_u + static_cast<uint64_t>(std::numeric_limits<T>::min()));
+    if constexpr (std::is_signed_v<T>) {
+      if (mean < 0 && inexact) ++mean;  // toward zero, not toward minus infinity
+    }
+    x[i] = static_cast<T>(mean);
+  }
+}
+
+using WidenFn = void (*)(const void*, size_t, uint64_t, uint64_t*);
+using NarrowFn = void (*)(const uint64_t*, size_t, uint64_t, void*);
+
+std::pair<WidenFn, NarrowFn> CodecOf(DataType dtype) {
+  switch (dtype) {
+    case DataType::kInt8:
+      return {&Widen<int8_t>, &Narrow<int8_t>};
+    case DataType::kUint8:
+      return {&Widen<uint8_t>, &Narrow<uint8_t>};
+    case DataType::kInt32:
+      return {&Widen<int32_t>, &Narrow<int32_t>};
+    case DataType::kUint32:
+      return {&Widen<uint32_t>, &Narrow<uint32_t>};
+    case DataType::kInt64:
+      return {&Widen<int64_t>, &Narrow<int64_t>};
+    default:
+      return {&Widen<uint64_t>, &Narrow<uint64_t>};
+  }
+}
+
+}  // namespace
+
+Status CommState::RunIntegerAvg(const CallArgs& args, const CallOptions& options, uint64_t call) {
+  const CollectiveKind kind = args.kind;
+  const ConstBuffer send = args.send;
+  const MutableBuffer recv = args.recv;
+  // Reduce leaves a non-root rank's recv alone.
+  const bool writes = !Collective(kind).recv_only_at_root || rank() == args.root;
+  const auto [widen, narrow] = CodecOf(send.dtype);
+  const auto p = static_cast<size_t>(size());
+  const size_t elem = DataTypeSize(send.dtype);
+  const bool scatter = Collective(kind).counts == Counts::kSendIsP;
+  const bool varied = Collective(kind).varied;
+  // Block q of a reduce-scatter's send: n elements each, or the v-variant's counts.
+  const auto block = [&](size_t q) { return varied ? args.send_counts[q] : recv.count; };
+  const auto offset = [&](size_t q) {
+    return varied ? BlockOffset(args.send_counts, static_cast<int>(q)) : q * recv.count;
+  };
+  // Chunks run to the end of the longest block, which every rank knows.
+  size_t longest = recv.count;
+  if (varied) longest = *std::max_element(args.send_counts.begin(), args.send_counts.end());
+  // Elements per chunk: all-reduce holds one chunk of lanes; reduce-scatter p of them and one.
+  const size_t chunk = std::max<size_t>(1, kAvgBufferBytes / 16 / (scatter ? p + 1 : 1));
+  // One size for every kind of call (the first need not be the largest): the buffer's lanes,
+  // and at least one chunk of one element per rank and one; and the lane counts of a v-call.
+  if (!avg_lanes_) {
+    avg_lanes_ = std::make_unique<uint64_t[]>(std::max(kAvgBufferBytes / 8, 2 * (p + 1)));
+    avg_counts_ = std::make_unique<size_t[]>(p);
+  }
+  uint64_t* lanes_in = avg_lanes_.get();
+  uint64_t* lanes_out = scatter ? lanes_in + 2 * chunk * p : lanes_in;
+  CallOptions wide = options;
+  if (wide.segment_bytes) {
+    wide.segment_bytes =
+        std::min(transport_->slot_bytes(), std::max<size_t>(*wide.segment_bytes, 16));
+  }
+  const auto at = [elem](const void* base, size_t i) {
+    return static_cast<const std::byte*>(base) + i * elem;
+  };
+  const std::span<const size_t> lane_counts(avg_counts_.get(), varied ? p : 0);
+  bool first = true;
+  for (size_t begin = 0; begin < longest || first; begin += chunk) {
+    const auto piece = [&](size_t n) { return begin < n ? std::min(chunk, n - begin) : 0; };
+    const size_t len = piece(recv.count);  // this rank's share of the chunk
+    size_t lanes = 0;
+    if (scatter) {
+      for (size_t q = 0; q < p; ++q) {
+        const size_t n = piece(block(q));
+        widen(at(send.data, offset(q) + begin), n, p, lanes_in + lanes);
+        avg_counts_[q] = 2 * n;
+        lanes += 2 * n;
+      }
+    } else {
+      widen(at(send.data, begin), len, p, lanes_in);
+      lanes = 2 * len;
+    }
+    const ConstBuffer in{lanes_in, lanes, DataType::kUint64};
+    const MutableBuffer out{lanes_out, 2 * len, DataType::kUint64};
+    CallArgs wide_args{kind, in, out, ReduceOp::kSum, args.root, lane_counts, {}};
+    CHORUS_RETURN_IF_ERROR(Execute(wide_args, wide, first ? call : calls_++));
+    if (writes && len > 0) narrow(lanes_out, len, p, const_cast<std::byte*>(at(recv.data, begin)));
+    first = false;
+  }
   return Status::Ok();
 }
 
 }  // namespace internal
+
+Status internal::RunCollective(Communicator& comm, const CallArgs& call,
+                               const CallOptions& options) {
+  return comm.state_->Run(call, options);
+}
 
 Communicator::Communicator(std::unique_ptr<internal::CommState> state) : state_(std::move(state)) {}
 Communicator::Communicator(Communicator&&) noexcept = default;
@@ -168,16 +365,76 @@ TransportKind Communicator::transport() const { return state_->transport(); }
 
 Status Communicator::AllReduce(ConstBuffer send, MutableBuffer recv, ReduceOp op,
                                const CallOptions& options) {
-  return state_->Run(CollectiveKind::kAllReduce, send, recv, op, options);
+  return state_->Run({CollectiveKind::kAllReduce, send, recv, op, 0, {}, {}}, options);
 }
 
 Status Communicator::ReduceScatter(ConstBuffer send, MutableBuffer recv, ReduceOp op,
                                    const CallOptions& options) {
-  return state_->Run(CollectiveKind::kReduceScatter, send, recv, op, options);
+  return state_->Run({CollectiveKind::kReduceScatter, send, recv, op, 0, {}, {}}, options);
 }
 
 Status Communicator::AllGather(ConstBuffer send, MutableBuffer recv, const CallOptions& options) {
-  return state_->Run(CollectiveKind::kAllGather, send, recv, ReduceOp::kSum, options);
+  return state_->Run({CollectiveKind::kAllGather, send, recv, ReduceOp::kSum, 0, {}, {}}, options);
+}
+
+Status Communicator::Broadcast(ConstBuffer send, MutableBuffer recv, int root,
+                               const CallOptions& options) {
+  return state_->Run({CollectiveKind::kBroadcast, send, recv, ReduceOp::kSum, root, {}, {}}, options);
+}
+
+Status Communicator::Reduce(ConstBuffer send, MutableBuffer recv, ReduceOp op, int root,
+                            const CallOptions& options) {
+  return state_->Run({CollectiveKind::kReduce, send, recv, op, root, {}, {}}, options);
+}
+
+Status Communicator::Barrier(const CallOptions& options) {
+  return state_->Run({CollectiveKind::kBarrier, {}, {}, ReduceOp::kSum, 0, {}, {}}, options);
+}
+
+Status Communicator::Gather(ConstBuffer send, MutableBuffer recv, int root,
+                            const CallOptions& options) {
+  return state_->Run({CollectiveKind::kGather, send, recv, ReduceOp::kSum, root, {}, {}}, options);
+}
+
+Status Communicator::Scatter(ConstBuffer send, MutableBuffer recv, int root,
+                             const CallOptions& options) {
+  return state_->Run({CollectiveKind::kScatter, send, recv, ReduceOp::kSum, root, {}, {}}, options);
+}
+
+Status Communicator::AllToAll(ConstBuffer send, MutableBuffer recv, const CallOptions& options) {
+  return state_->Run({CollectiveKind::kAllToAll, send, recv, ReduceOp::kSum, 0, {}, {}}, options);
+}
+
+Status Communicator::AllGatherV(ConstBuffer send, MutableBuffer recv,
+                                std::span<const size_t> counts, const CallOptions& options) {
+  return state_->Run({CollectiveKind::kAllGatherV, send, recv, ReduceOp::kSum, 0, {}, counts},
+                     options);
+}
+
+Status Communicator::ReduceScatterV(ConstBuffer send, MutableBuffer recv,
+                                    std::span<const size_t> counts, ReduceOp op,
+                                    const CallOptions& options) {
+  return state_->Run({CollectiveKind::kReduceScatterV, send, recv, op, 0, counts, {}}, options);
+}
+
+Status Communicator::AllToAllV(ConstBuffer send, std::span<const size_t> send_counts,
+                               MutableBuffer recv, std::span<const size_t> recv_counts,
+                               const CallOptions& options) {
+  return state_->Run(
+      {CollectiveKind::kAllToAllV, send, recv, ReduceOp::kSum, 0, send_counts, recv_counts},
+      options);
+}
+
+Status Communicator::GatherV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts,
+                             int root, const CallOptions& options) {
+  return state_->Run({CollectiveKind::kGatherV, send, recv, ReduceOp::kSum, root, {}, counts},
+                     options);
+}
+
+Status Communicator::ScatterV(ConstBuffer send, std::span<const size_t> counts, MutableBuffer recv,
+                              int root, const CallOptions& options) {
+  return state_->Run({CollectiveKind::kScatterV, send, recv, ReduceOp::kSum, root, counts, {}},
+                     options);
 }
 
 void Communicator::Abort() { state_->Abort(); }
@@ -190,7 +447,7 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   if (options.transport != TransportKind::kAuto && options.transport != TransportKind::kThread) {
     return InvalidArgument("CreateLocalGroup: options.transport must be kAuto or kThread");
   }
-  auto tuning = model::ActiveTuning();
+  auto tuning = model::TuningFromFile(options.tuning_file);
   if (!tuning.ok()) {
     return Status(tuning.status().code(), "CreateLocalGroup: " + tuning.status().message());
   }
@@ -200,8 +457,9 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   comms.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto transport = std::make_unique<internal::ThreadTransport>(group, r);
-    comms.emplace_back(std::make_unique<internal::CommState>(
-        std::move(transport), TransportKind::kThread, options, tuning->For(TransportKind::kThread)));
+    comms.emplace_back(std::make_unique<internal::CommState>(std::move(transport),
+                                                             TransportKind::kThread, options,
+                                                             tuning->For(TransportKind::kThread)));
   }
   return comms;
 }

@@ -22,6 +22,8 @@
 
 #include "chorus/communicator.h"
 #include "core/comm_state.h"
+#include "core/meet.h"
+#include "transport/tcp/wire.h"
 #include "core/validate.h"
 #include "model/tuning.h"
 #include "rendezvous/auth.h"
@@ -51,44 +53,6 @@ std::string HostId() {
   return std::string(host) + "/" + ReadLine("/proc/sys/kernel/random/boot_id");
 }
 
-struct Member {
-  std::string host;  // hostname and boot id
-  std::string pid;   // for error messages and debugging
-};
-
-// Publishes this rank and waits for every other one.
-Result<std::vector<Member>> Join(Store& store, const std::string& address, int rank, int size,
-                                 Deadline deadline, std::chrono::milliseconds timeout) {
-  CHORUS_RETURN_IF_ERROR(
-      store.Set("join/" + std::to_string(rank), HostId() + "\n" + std::to_string(getpid())));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back("join/" + std::to_string(r));
-  if (Status s = store.Wait(keys, Remaining(deadline)); !s.ok()) {
-    if (s.code() != StatusCode::kDeadlineExceeded) return s;
-    std::vector<int> missing;
-    for (int r = 0; r < size; ++r) {
-      if (!store.Wait({keys[static_cast<size_t>(r)]}, std::chrono::milliseconds(1)).ok()) {
-        missing.push_back(r);
-      }
-    }
-    std::string list;
-    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    char waited[32];
-    std::snprintf(waited, sizeof(waited), "%g s", static_cast<double>(timeout.count()) / 1000);
-    return DeadlineExceeded("Create: waited " + std::string(waited) + " for " +
-                            (missing.size() == 1 ? "rank " : "ranks ") + list + " to join store " +
-                            address);
-  }
-  std::vector<Member> members;
-  for (const std::string& key : keys) {
-    auto value = store.Get(key, Remaining(deadline));
-    if (!value.ok()) return value.status();
-    const size_t newline = value->find('\n');
-    members.push_back({value->substr(0, newline), value->substr(newline + 1)});
-  }
-  return members;
-}
-
 Status ValidateCreate(const CommOptions& o) {
   CHORUS_RETURN_IF_ERROR(internal::ValidateCommOptions(o, o.size, "Create"));
   if (o.rank < 0 || o.rank >= o.size) {
@@ -104,7 +68,91 @@ Status ValidateCreate(const CommOptions& o) {
     return InvalidArgument("Create: options.name (\"" + o.name +
                            "\") must be non-empty and contain no '/'");
   }
+  if (o.job_id.find('/') != std::string::npos || o.job_id.find('\n') != std::string::npos) {
+    return InvalidArgument("Create: options.job_id (\"" + o.job_id +
+                           "\") must contain no '/' and no newline");
+  }
   return Status::Ok();
+}
+
+int64_t WallMsAfter(std::chrono::milliseconds left) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch() + left)
+      .count();
+}
+
+// The options every rank must pass alike, compared as text in the meeting.
+std::string Settings(const CommOptions& o) {
+  return "transport=" + std::string(TransportKindName(o.transport)) +
+         " segment_bytes=" + std::to_string(o.segment_bytes) +
+         " pipeline_depth=" + std::to_string(o.pipeline_depth) +
+         " algorithm=" + (o.algorithm.empty() ? "-" : o.algorithm) +
+         " wire=" + std::string(WireModeName(o.wire));
+}
+
+// Under host_store (torchrun's MASTER_ADDR:MASTER_PORT) the store belongs to the job whose rank 0
+// serves it. Rank 0 says so in the store; a rank of another job that reached it (given the same
+// port) fails at once, naming the job that holds it, instead of waiting for a rank 0 that will
+// never come.
+constexpr char kStoreHostKey[] = "chorus/store-host";
+
+Status ClaimHostedStore(Store& store, const CommOptions& options, bool hosting,
+                        const internal::MemberRecord& me, Deadline deadline) {
+  if (hosting) return store.Set(kStoreHostKey, me.Encode());
+  if (!options.host_store || options.job_id.empty()) return Status::Ok();
+  auto text = store.Get(kStoreHostKey, std::min<std::chrono::milliseconds>(
+                                           Remaining(deadline), std::chrono::seconds(2)));
+  if (!text.ok()) return Status::Ok();  // not yet said, or said by nobody: the meeting decides
+  internal::MemberRecord host;
+  if (!internal::MemberRecord::Decode(*text, &host) || host.job == options.job_id) {
+    return Status::Ok();
+  }
+  return FailedPrecondition(
+      "Create: the store at " + store.address() + " is served by rank 0 of another job (pid " +
+      std::to_string(host.pid) + " on host " + host.host.substr(0, host.host.find('/')) + ", job " +
+      (host.job.empty() ? "without an id" : host.job) + "), not by this job's (job " +
+      options.job_id + "): were two jobs given the same MASTER_ADDR:MASTER_PORT?");
+}
+
+// Every rank uses rank 0's tuning, so that all pick the same algorithm for a call: rank 0
+// reads its file (or takes the defaults) and publishes the result, or why it could not.
+Result<model::Tuning> AgreeOnTuning(Store& scoped, const CommOptions& options, Deadline deadline) {
+  if (options.rank == 0) {
+    auto tuning = model::TuningFromFile(options.tuning_file);
+    const std::string published = tuning.ok()
+                                      ? "ok " + tuning->source + "\n" + model::FormatTuning(*tuning)
+                                      : "error\n" + tuning.status().message();
+    CHORUS_RETURN_IF_ERROR(scoped.Set("tuning", published));
+    if (!tuning.ok()) return Status(tuning.status().code(), "Create: " + tuning.status().message());
+    return tuning;
+  }
+  auto text = scoped.Get("tuning", Remaining(deadline));
+  if (!text.ok()) return text.status();
+  const size_t nl = text->find('\n');
+  const std::string head = text->substr(0, nl);
+  const std::string body = nl == std::string::npos ? "" : text->substr(nl + 1);
+  if (head == "error") return InvalidArgument("Create: rank 0's tuning: " + body);
+  auto tuning = model::ParseTuning(body, "rank 0's tuning (" + head.substr(3) + ")");
+  if (!tuning.ok()) return Status(tuning.status().code(), "Create: " + tuning.status().message());
+  return tuning;
+}
+
+// The cores the job's ranks share: on each host the CPUs its ranks may run on (the fewest any
+// of them reports), summed over the hosts. The same number on every rank.
+int JobCores(const std::vector<internal::MemberRecord>& members) {
+  std::vector<std::pair<std::string, int>> hosts;
+  for (const internal::MemberRecord& m : members) {
+    auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == m.host; });
+    if (it == hosts.end()) {
+      hosts.emplace_back(m.host, m.cpus);
+    } else {
+      it->second = std::min(it->second, m.cpus);
+    }
+  }
+  int cores = 0;
+  for (const auto& h : hosts) cores += std::max(1, h.second);
+  return cores;
 }
 
 // "tcp://host:port" -> {host, port}.
@@ -155,7 +203,8 @@ Result<std::string> ListenAddress(const std::string& listen, bool one_host) {
 }
 
 // The host layout when every host holds the same number (> 1) of ranks; else nullopt.
-std::optional<internal::HostLayout> LayoutOf(const std::vector<Member>& members, int rank) {
+std::optional<internal::HostLayout> LayoutOf(const std::vector<internal::MemberRecord>& members,
+                                             int rank) {
   std::vector<std::string> hosts;  // in order of their lowest rank
   std::vector<std::vector<int>> ranks;
   for (int r = 0; r < static_cast<int>(members.size()); ++r) {
@@ -191,6 +240,30 @@ std::optional<internal::HostLayout> LayoutOf(const std::vector<Member>& members,
 
 }  // namespace
 
+std::string_view WireModeName(WireMode mode) {
+  switch (mode) {
+    case WireMode::kAuthenticate:
+      return "authenticate";
+    case WireMode::kIntegrity:
+      return "integrity";
+    case WireMode::kEncrypt:
+      return "encrypt";
+  }
+  return "unknown";
+}
+
+std::string_view WaitModeName(WaitMode mode) {
+  switch (mode) {
+    case WaitMode::kAuto:
+      return "auto";
+    case WaitMode::kSleep:
+      return "sleep";
+    case WaitMode::kSleepChecked:
+      return "sleep-checked";
+  }
+  return "unknown";
+}
+
 std::string_view TransportKindName(TransportKind kind) {
   switch (kind) {
     case TransportKind::kAuto:
@@ -214,9 +287,6 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
         "Create: options.transport is kMpi: use chorus::CreateMpiCommunicator (chorus/mpi.h, "
         "built with CHORUS_WITH_MPI)");
   }
-  // Before anything is sent: a malformed tuning file stops every rank the same way.
-  auto tuning = model::ActiveTuning();
-  if (!tuning.ok()) return Status(tuning.status().code(), "Create: " + tuning.status().message());
   const Deadline deadline = internal::DeadlineAfter(options.timeout);
 
   std::unique_ptr<TcpStoreServer> server;
@@ -236,12 +306,20 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     server = std::move(booted->server);
     secret = std::move(booted->secret);
   }
-  if (options.host_store && options.rank == 0 && !store) {
+  const bool hosting = options.host_store && options.rank == 0 && !store;
+  if (hosting) {
     auto server_options = ServerOptions(options.store_url);
     if (!server_options.ok()) return server_options.status();
     server_options->secret = secret;
     auto started = TcpStoreServer::Start(*server_options);
-    if (!started.ok()) return started.status();
+    if (!started.ok()) {
+      return Status(started.status().code(),
+                    started.status().message() +
+                        (started.status().message().find("in use") != std::string::npos
+                             ? " (is another job serving its store on this port, the same "
+                               "MASTER_ADDR:MASTER_PORT?)"
+                             : ""));
+    }
     server = std::move(started).value();
   }
   if (!store) {
@@ -250,26 +328,45 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     if (!opened.ok()) return opened.status();
     store = std::move(opened).value();
   }
-  // Each rank counts its own Creates of this name, so ranks that recreate a communicator after
-  // a failure meet in a fresh namespace instead of reading the last one's keys.
-  auto generation =
-      store->Add("chorus/" + options.name + "/creates/" + std::to_string(options.rank), 1);
-  if (!generation.ok()) return generation.status();
-  const std::shared_ptr<Store> scoped =
-      MakePrefixStore(store, "chorus/" + options.name + "/" + std::to_string(*generation) + "/");
 
-  auto members =
-      Join(*scoped, store->address(), options.rank, options.size, deadline, options.timeout);
-  if (!members.ok()) return members.status();
+  internal::MeetRequest request{.rank = options.rank,
+                                .size = options.size,
+                                .name = options.name,
+                                .store_address = store->address(),
+                                .me = {},
+                                .deadline = deadline,
+                                .timeout = options.timeout};
+  request.me.token = internal::NewToken();
+  request.me.host = options.host_id.empty() ? HostId() : options.host_id;
+  request.me.pid = getpid();
+  request.me.size = options.size;
+  request.me.job = options.job_id;
+  request.me.expires_ms = WallMsAfter(Remaining(deadline));
+  request.me.cpus = internal::UsableCpus();
+  request.me.settings = Settings(options);
+  request.me.caps = internal::tcp::HasAesGcm() ? "aesgcm" : "";
+  CHORUS_RETURN_IF_ERROR(ClaimHostedStore(*store, options, hosting, request.me, deadline));
+
+  // The communicator's own corner of the store; its meetings are numbered rounds (core/meet.h).
+  const std::string scope =
+      "chorus/" + (options.job_id.empty() ? "" : options.job_id + "/") + options.name + "/";
+  const std::shared_ptr<Store> communicator_scope = MakePrefixStore(store, scope);
+  auto meeting = internal::Meet(*communicator_scope, request);
+  if (!meeting.ok()) return meeting.status();
   if (bootstrap && options.rank == 0) internal::FinishBootstrap(options.store_url);
+  const std::shared_ptr<Store> scoped =
+      MakePrefixStore(communicator_scope, std::to_string(meeting->round) + "/");
+  auto tuning = AgreeOnTuning(*scoped, options, deadline);
+  if (!tuning.ok()) return tuning.status();
+  const std::vector<internal::MemberRecord>& members = meeting->members;
 
-  const Member& me = (*members)[static_cast<size_t>(options.rank)];
+  const internal::MemberRecord& me = members[static_cast<size_t>(options.rank)];
   bool one_host = true;
   bool one_process = true;
   int ranks_on_host = 0;
-  for (const Member& m : *members) {
-    one_host = one_host && m.host == (*members)[0].host;
-    one_process = one_process && m.pid == (*members)[0].pid;
+  for (const internal::MemberRecord& m : members) {
+    one_host = one_host && m.host == members[0].host;
+    one_process = one_process && m.pid == members[0].pid && m.host == members[0].host;
     ranks_on_host += m.host == me.host ? 1 : 0;
   }
   TransportKind kind = options.transport;
@@ -284,8 +381,8 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   }
   if (kind == TransportKind::kShm && !one_host) {
     return InvalidArgument(
-        "Create: options.transport is kShm but the ranks span hosts (rank 0 on " +
-        (*members)[0].host + ", rank " + std::to_string(options.rank) + " on " + me.host + ")");
+        "Create: options.transport is kShm but the ranks span hosts (rank 0 on " + members[0].host +
+        ", rank " + std::to_string(options.rank) + " on " + me.host + ")");
   }
 
   const internal::ConnectConfig connect{options.rank, options.size, options.segment_bytes,
@@ -294,7 +391,7 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   if (kind == TransportKind::kThread) {
     transport = internal::ConnectThreads(*scoped, connect);
   } else if (kind == TransportKind::kShm) {
-    transport = internal::ConnectShm(*scoped, connect);
+    transport = internal::ConnectShm(*scoped, connect, options.shm_dir);
   } else {
     if (secret.empty()) {
       return InvalidArgument(
@@ -308,18 +405,26 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     internal::TcpConfig tcp{
         connect, *address, *key, ranks_on_host,
         std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(10))};
+    bool aes_everywhere = true;
+    for (const internal::MemberRecord& m : members) {
+      aes_everywhere = aes_everywhere && m.caps.find("aesgcm") != std::string::npos;
+    }
+    tcp.cipher = internal::tcp::CipherFor(options.wire, aes_everywhere);
     // Ranks that share a host reach each other through shared memory (transport/hybrid).
-    std::optional<internal::HostLayout> layout = LayoutOf(*members, options.rank);
+    std::optional<internal::HostLayout> layout = LayoutOf(members, options.rank);
     if (!layout) {
       transport = internal::ConnectTcp(*scoped, tcp);
     } else {
       const std::shared_ptr<Store> host_scope =
           MakePrefixStore(scoped, "host/" + std::to_string(layout->host_index) + "/");
       auto shm = internal::ConnectShm(
-          *host_scope, {layout->local_index, layout->local_size, options.segment_bytes,
-                        options.pipeline_depth, deadline});
+          *host_scope,
+          {layout->local_index, layout->local_size, options.segment_bytes, options.pipeline_depth,
+           deadline},
+          options.shm_dir);
       if (!shm.ok()) return shm.status();
       tcp.bell = &(*shm)->doorbell();
+      tcp.beacon = &(*shm)->beacon();
       auto network = internal::ConnectTcp(*scoped, tcp);
       if (!network.ok()) return network.status();
       transport = std::unique_ptr<internal::Transport>(std::make_unique<internal::HybridTransport>(
@@ -328,7 +433,7 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   }
   if (!transport.ok()) return transport.status();
   auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
-                                                     tuning->For(kind));
+                                                     tuning->For(kind), JobCores(members));
   state->HostStore(std::move(server));
   return Communicator(std::move(state));
 }

@@ -1,9 +1,12 @@
 // CommOptionsFromEnvironment: the only place in the library that reads environment variables.
 // The precedence is documented in chorus/communicator.h.
+#include "core/env.h"
+
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -59,6 +62,17 @@ std::optional<std::string> LauncherJobKey() {
   return std::nullopt;
 }
 
+// The job's identity, the same on every rank of it and different for another job: the launcher
+// knows it. MPICH's hydra is not asked: what it sets differs between hosts.
+std::optional<std::string> JobId() {
+  if (auto id = Var("CHORUS_JOB_ID")) return *id;
+  if (auto id = Var("TORCHELASTIC_RUN_ID")) return "torchrun-" + *id;
+  if (auto id = Var("SLURM_JOB_ID"))
+    return "slurm-" + *id + "." + Var("SLURM_STEP_ID").value_or("0");
+  if (auto id = Var("OMPI_MCA_ess_base_jobid")) return "ompi-" + *id;
+  return std::nullopt;
+}
+
 // True when the launcher says every rank runs on this host.
 bool LauncherSingleHost(int size) {
   const auto local = [](const char* name) { return Var(name).value_or(""); };
@@ -79,6 +93,59 @@ Result<TransportKind> TransportFromName(const std::string& name) {
 
 }  // namespace
 
+namespace internal {
+
+std::string TuningPathFromEnvironment() {
+  if (auto file = Var("CHORUS_TUNING_FILE")) return *file;
+  if (auto xdg = Var("XDG_CONFIG_HOME")) return *xdg + "/chorus/tuning.conf";
+  if (auto home = Var("HOME")) return *home + "/.config/chorus/tuning.conf";
+  return {};
+}
+
+Result<std::string> TuningFileFromEnvironment() {
+  const std::string path = TuningPathFromEnvironment();
+  if (path.empty() || path == kBuiltinTuning) return std::string();
+  std::error_code ec;
+  const bool present = std::filesystem::exists(path, ec);
+  if (ec || present) return path;  // when existence cannot be checked, loading it says why
+  if (Var("CHORUS_TUNING_FILE")) {
+    return InvalidArgument("environment: CHORUS_TUNING_FILE=\"" + path +
+                           "\": no such file (chorus tune writes it; unset the variable for "
+                           "the built-in defaults)");
+  }
+  return std::string();
+}
+
+}  // namespace internal
+
+Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base) {
+  if (auto timeout = IntVar("CHORUS_TIMEOUT_MS", 1, 1L << 40); !timeout.ok()) {
+    return timeout.status();
+  } else if (timeout->has_value()) {
+    base.timeout = std::chrono::milliseconds(**timeout);
+  }
+  if (base.algorithm.empty()) base.algorithm = Var("CHORUS_ALGO").value_or("");
+  if (auto mode = Var("CHORUS_WAIT"); mode && base.wait == WaitMode::kAuto) {
+    bool known = false;
+    for (WaitMode m : {WaitMode::kAuto, WaitMode::kSleep, WaitMode::kSleepChecked}) {
+      if (*mode == WaitModeName(m)) {
+        base.wait = m;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("environment: CHORUS_WAIT=\"" + *mode +
+                             "\" is not one of auto, sleep, sleep-checked");
+    }
+  }
+  if (base.tuning_file.empty()) {
+    auto file = internal::TuningFileFromEnvironment();
+    if (!file.ok()) return file.status();
+    base.tuning_file = std::move(file).value();
+  }
+  return base;
+}
+
 Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
   for (const Source& source : kSources) {
     auto rank = IntVar(source.rank, 0, 1 << 20);
@@ -90,6 +157,11 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
       return InvalidArgument(std::string("environment: ") + source.launcher + " sets " +
                              (rank->has_value() ? source.rank : source.size) + " but not " +
                              (rank->has_value() ? source.size : source.rank));
+    }
+    if (**rank >= **size) {
+      return InvalidArgument(std::string("environment: ") + source.rank + "=" +
+                             std::to_string(**rank) + " is not below " + source.size + "=" +
+                             std::to_string(**size));
     }
     if (base.rank < 0) base.rank = static_cast<int>(**rank);
     if (base.size <= 0) base.size = static_cast<int>(**size);
@@ -126,11 +198,6 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
           "file:///path, or MASTER_ADDR and MASTER_PORT)");
     }
   }
-  if (auto timeout = IntVar("CHORUS_TIMEOUT_MS", 1, 1L << 40); !timeout.ok()) {
-    return timeout.status();
-  } else if (timeout->has_value()) {
-    base.timeout = std::chrono::milliseconds(**timeout);
-  }
   if (base.secret.empty()) {
     if (auto secret = Var("CHORUS_SECRET")) {
       base.secret = *secret;
@@ -141,13 +208,28 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
     }
   }
   if (base.listen.empty()) base.listen = Var("CHORUS_SOCKET_IFNAME").value_or("");
+  if (base.job_id.empty()) base.job_id = JobId().value_or("");
+  if (auto wire = Var("CHORUS_WIRE"); wire && base.wire == WireMode::kAuthenticate) {
+    bool known = false;
+    for (WireMode m : {WireMode::kAuthenticate, WireMode::kIntegrity, WireMode::kEncrypt}) {
+      if (*wire == WireModeName(m)) {
+        base.wire = m;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("environment: CHORUS_WIRE=\"" + *wire +
+                             "\" is not one of authenticate, integrity, encrypt");
+    }
+  }
+  if (base.host_id.empty()) base.host_id = Var("CHORUS_HOST_ID").value_or("");
+  if (base.shm_dir.empty()) base.shm_dir = Var("CHORUS_SHM_DIR").value_or("");
   if (auto name = Var("CHORUS_TRANSPORT"); name && base.transport == TransportKind::kAuto) {
     auto kind = TransportFromName(*name);
     if (!kind.ok()) return kind.status();
     base.transport = *kind;
   }
-  if (base.algorithm.empty()) base.algorithm = Var("CHORUS_ALGO").value_or("");
-  return base;
+  return LocalOptionsFromEnvironment(std::move(base));
 }
 
 }  // namespace chorus

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "chorus/communicator.h"
+#include "core/collectives.h"
 
 namespace chorus {
 namespace {
@@ -86,15 +87,8 @@ std::optional<ReduceOp> ParseReduceOp(std::string_view name) {
 }
 
 std::string_view CollectiveKindName(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return "allreduce";
-    case CollectiveKind::kReduceScatter:
-      return "reducescatter";
-    case CollectiveKind::kAllGather:
-      return "allgather";
-  }
-  return "unknown";
+  if (!internal::IsCollective(static_cast<unsigned>(kind))) return "unknown";
+  return internal::Collective(kind).name;
 }
 
 }  // namespace chorus

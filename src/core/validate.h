@@ -7,20 +7,25 @@
 
 #include "chorus/communicator.h"
 #include "chorus/status.h"
+#include "core/collectives.h"
 
 namespace chorus::internal {
 
 struct CallShape {
-  CollectiveKind kind;
   int rank;
   int size;
   size_t max_segment_bytes;  // the communicator's staging slot size
 };
 
-// OK when `send`, `recv` and `op` form a valid call of `shape.kind` (op is ignored for
-// all-gather). `options.segment_bytes` is checked too.
-Status ValidateCall(const CallShape& shape, ConstBuffer send, MutableBuffer recv, ReduceOp op,
-                    const CallOptions& options);
+// OK when `call` is a valid call of its collective (core/collectives.h) on this rank: buffers,
+// counts, in-place rule, op and root as that collective's row says. `options.segment_bytes`
+// and `options.timeout` are checked too. Buffers the collective ignores on this rank (those
+// significant only at the root) are not checked.
+Status ValidateCall(const CallShape& shape, const CallArgs& call, const CallOptions& options);
+
+// The call with the buffers this rank ignores replaced by its other one (see
+// CollectiveInfo::send_only_at_root), so that nothing below needs to ask.
+CallArgs Normalized(const CallArgs& call, int rank);
 
 // OK when `options` can make a communicator of `size` ranks.
 Status ValidateCommOptions(const CommOptions& options, int size, const char* op);

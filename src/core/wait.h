@@ -7,6 +7,11 @@
 //   2. a sched_yield loop, which hands the core to a runnable peer on the same core;
 //   3. a futex sleep on the doorbell, woken by the next Ring().
 // Phases are bounded by time, not by iteration count. Deadlines are absolute steady_clock times.
+// The sleep is cut into slices, so that conditions nobody rings for (a peer process that died)
+// are polled; a change that should ring and does not would cost a slice per wait, which shows
+// only when the machine is busy enough to push waiters into the sleep. The checked sleep-only
+// policy (WaitMode::kSleepChecked, for tests) makes every wait sleep at once and turns such a
+// lost wake-up into an immediate kInternal error instead.
 //
 // A Waiter runs the waits of one rank. Two things it learns keep a small call cheap:
 //   - The spin is earned: a spin that ran out before the condition came is halved, one that
@@ -53,15 +58,35 @@ class Doorbell {
   }
 
   // One sleep phase: announce the sleep, re-check `ready`, then sleep until a Ring() or
-  // `until`. Returns ready() as last seen; the caller loops.
+  // `until`. Returns ready() as last seen; the caller loops. When `unrung` is given it is set
+  // if the sleep ended with ready() true although nothing rang since the sleep began: either
+  // the ring is still on its way (its sender was preempted between the change and the ring)
+  // or it was never sent. `*seen_out` is then the sequence number the sleep began at.
   template <typename Ready>
-  bool Sleep(Ready&& ready, Deadline until) {
+  bool Sleep(Ready&& ready, Deadline until, bool* unrung = nullptr, uint32_t* seen_out = nullptr) {
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    uint32_t seen = seq_.load(std::memory_order_seq_cst);
-    bool ok = ready();
+    const uint32_t seen = seq_.load(std::memory_order_seq_cst);
+    const bool ok = ready();
     if (!ok) FutexWait(seen, until);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    return ok || ready();
+    if (ok) return true;
+    if (!ready()) return false;
+    if (unrung != nullptr && seq_.load(std::memory_order_seq_cst) == seen) {
+      *unrung = true;
+      if (seen_out != nullptr) *seen_out = seen;
+    }
+    return true;
+  }
+
+  // Sleeps until the sequence number moves past `seen` or `until`; true if it moved.
+  bool AwaitRing(uint32_t seen, Deadline until) {
+    while (seq_.load(std::memory_order_seq_cst) == seen) {
+      if (Clock::now() >= until) return false;
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if (seq_.load(std::memory_order_seq_cst) == seen) FutexWait(seen, until);
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
+    return true;
   }
 
  private:
@@ -70,6 +95,17 @@ class Doorbell {
 
   alignas(64) std::atomic<uint32_t> seq_{0};
   std::atomic<uint32_t> sleepers_{0};
+};
+
+// A rank's signs of life, for peers that time out waiting for it and want to know who is
+// behind (transport/census.h). Written by the rank's waits, read by anyone; it lives where the
+// peers can see it (shared memory for thread and shm ranks).
+struct Beacon {
+  // steady_clock nanoseconds of the last time a wait of this rank looked at the clock; a
+  // waiting rank refreshes it at least once per sleep slice.
+  std::atomic<int64_t> beat_ns{0};
+  // peer + 1 while the rank is blocked waiting on that peer, else 0.
+  std::atomic<int32_t> waiting_for{0};
 };
 
 // What is left of `deadline`, at least 1 ms (for APIs that take a timeout).
@@ -82,12 +118,22 @@ inline std::chrono::milliseconds Remaining(Deadline deadline) {
 struct WaitPolicy {
   std::chrono::nanoseconds spin{0};
   std::chrono::nanoseconds yield{0};
+  // Every sleep that ends with its condition met but no ring is a lost wake-up: the wait
+  // fails with WaitResult::kLostWakeup (WaitMode::kSleepChecked).
+  bool check_wakeups = false;
+  // False for transports that progress only when polled: nothing would wake a sleeper, so a
+  // busy machine is no reason to stop yielding.
+  bool may_sleep = true;
 
   // Spin only when every rank has a core of its own; yield longer when they share.
   static WaitPolicy For(int ranks_on_this_host);
   // For transports that progress only when polled: yield between polls, never sleep.
   static WaitPolicy PollOnly() {
-    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365)};
+    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365), false, false};
+  }
+  // Sleep at once, every time (WaitMode::kSleep and kSleepChecked).
+  static WaitPolicy SleepOnly(bool check_wakeups) {
+    return {std::chrono::nanoseconds(0), std::chrono::nanoseconds(0), check_wakeups};
   }
 };
 
@@ -97,8 +143,9 @@ int UsableCpus();
 void CpuRelax();
 void YieldCpu();
 
-// The outcome of a wait that did not see its condition.
-enum class WaitResult { kReady, kTimedOut, kInterrupted };
+// The outcome of a wait. kLostWakeup: the condition came true but nothing rang the doorbell
+// within kRingGrace (only with WaitPolicy::check_wakeups): a bug in whoever changed it.
+enum class WaitResult { kReady, kTimedOut, kInterrupted, kLostWakeup };
 
 class Waiter {
  public:
@@ -108,8 +155,18 @@ class Waiter {
   static constexpr uint32_t kProbeEvery = 16;
   // Polls before a spinning wait first reads the clock.
   static constexpr int kFirstPolls = 16;
+  // A sched_yield that returns later than this gave the core to other work for a time slice
+  // (a peer rank's step takes far less); then waits skip yielding for kContendedFor.
+  static constexpr std::chrono::microseconds kLongYield{1000};
+  static constexpr std::chrono::milliseconds kContendedFor{100};
+  // Sleep slice: conditions nobody rings for (a peer that died) are re-polled this often.
+  static constexpr std::chrono::milliseconds kSleepSlice{50};
+  // With check_wakeups: how long a ring may trail the change it announces (its sender may be
+  // preempted in between) before the wait calls it lost.
+  static constexpr std::chrono::milliseconds kRingGrace{2000};
 
-  explicit Waiter(const WaitPolicy& policy) : policy_(policy), spin_(policy.spin) {}
+  explicit Waiter(const WaitPolicy& policy, Beacon* beacon = nullptr)
+      : policy_(policy), spin_(policy.spin), beacon_(beacon) {}
 
   // Starts a call: its waits give up `timeout` after the first of them that reads the clock.
   void StartCall(std::chrono::milliseconds timeout) {
@@ -121,9 +178,10 @@ class Waiter {
   std::chrono::nanoseconds spin() const { return spin_; }
 
   // Waits until ready() is true, interrupted() is true, or the call's deadline passes. Both
-  // callables are polled; `interrupted` should be cheap (an atomic load).
+  // callables are polled; `interrupted` should be cheap (an atomic load). `peer` (or -1) is
+  // what the beacon reports the rank waits on.
   template <typename Ready, typename Interrupted>
-  WaitResult Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell);
+  WaitResult Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer = -1);
 
  private:
   std::chrono::nanoseconds NextSpin() {
@@ -146,11 +204,25 @@ class Waiter {
   std::chrono::milliseconds timeout_{0};
   Deadline deadline_{};
   bool deadline_fixed_ = false;
+  Clock::time_point contended_until_{};  // until then the machine is busy: sleep, don't yield
+  Beacon* beacon_;
 };
 
 template <typename Ready, typename Interrupted>
-WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell) {
+WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer) {
   if (ready()) return WaitResult::kReady;
+  // Blocked from here on: say on whom, until the wait returns. A wait that timed out stays
+  // marked while its rank takes the census, so that peers asking meanwhile follow it on.
+  struct Blocked {
+    Beacon* beacon;
+    bool timed_out = false;
+    Blocked(Beacon* b, int peer) : beacon(b) {
+      if (beacon != nullptr) beacon->waiting_for.store(peer + 1, std::memory_order_relaxed);
+    }
+    ~Blocked() {
+      if (beacon != nullptr && !timed_out) beacon->waiting_for.store(0, std::memory_order_relaxed);
+    }
+  } blocked(beacon_, peer);
   const std::chrono::nanoseconds spin = NextSpin();
   bool spinning = spin.count() > 0;
   if (spinning) {
@@ -165,7 +237,9 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
   const Clock::time_point start = Clock::now();
   const Deadline deadline = DeadlineFrom(start);
   const Clock::time_point spin_end = start + spin;
-  const Clock::time_point yield_end = spin_end + policy_.yield;
+  // While the machine is known to be busy, yielding only gives the core away for a tick.
+  Clock::time_point yield_end =
+      start < contended_until_ && policy_.may_sleep ? spin_end : spin_end + policy_.yield;
   for (uint32_t i = 0;; ++i) {
     if (ready()) {
       if (spinning) SpinPaid();
@@ -175,9 +249,18 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
       CpuRelax();
       continue;
     }
-    if (interrupted()) return WaitResult::kInterrupted;
+    // What made the wait stop may come with what it waited for: a peer that posted its last
+    // message and exited normally is gone, yet the message is there to read.
+    if (interrupted()) return ready() ? WaitResult::kReady : WaitResult::kInterrupted;
     const Clock::time_point now = i == 0 ? start : Clock::now();
-    if (now >= deadline) return ready() ? WaitResult::kReady : WaitResult::kTimedOut;
+    if (beacon_ != nullptr) {
+      beacon_->beat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+    }
+    if (now >= deadline) {
+      if (ready()) return WaitResult::kReady;
+      blocked.timed_out = true;
+      return WaitResult::kTimedOut;
+    }
     if (now < spin_end) {
       CpuRelax();
       continue;
@@ -188,10 +271,25 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
     }
     if (now < yield_end) {
       YieldCpu();
+      // A yield that took long handed the core to other work for its time slice: the machine
+      // is busy, and every further yield would push this rank back in the scheduler's queue
+      // (EEVDF charges a yield a whole slice). Sleep instead: a wake-up starts afresh.
+      if (policy_.may_sleep && Clock::now() - now > kLongYield) {
+        yield_end = now;
+        contended_until_ = now + kContendedFor;
+      }
     } else {
       // Sleep in slices so that conditions nobody rings for (a dead process) are re-polled.
-      const Deadline slice = std::min(deadline, now + std::chrono::milliseconds(50));
-      if (bell.Sleep(ready, slice)) return WaitResult::kReady;
+      const Deadline slice = std::min(deadline, now + kSleepSlice);
+      if (!policy_.check_wakeups) {
+        if (bell.Sleep(ready, slice)) return WaitResult::kReady;
+        continue;
+      }
+      bool unrung = false;
+      uint32_t seen = 0;
+      if (!bell.Sleep(ready, slice, &unrung, &seen)) continue;
+      if (!unrung || bell.AwaitRing(seen, Clock::now() + kRingGrace)) return WaitResult::kReady;
+      return WaitResult::kLostWakeup;
     }
   }
 }

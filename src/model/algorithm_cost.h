@@ -1,11 +1,13 @@
-// Predicted time of every collective algorithm chorus knows, from the calibrated machine
-// parameters (model/tuning.h) and the shape of the call. The selector compares these numbers
-// among the algorithms whose hard rule allows them; `chorus model` prints them beside measured
-// times. docs/algorithms.md ("Cost model and tuning") lists the formulas.
+// The cost of every collective algorithm chorus runs, in machine-independent terms, and its
+// predicted time from the calibrated machine parameters (model/tuning.h). Each algorithm's row
+// in the algorithm table (algo/select.cpp) names its terms function here, so an algorithm
+// without costs cannot be added; the selector compares the predictions among the algorithms
+// whose rule allows a call, and `chorus model` prints them beside measured times.
+// docs/algorithms.md ("Cost model and tuning") lists the formulas.
 //
 //   MachineParams shm = ActiveTuning()->For(TransportKind::kShm);
-//   double t = PredictSeconds(CollectiveKind::kAllReduce, "ring", /*ranks=*/4, /*bytes=*/1 << 20,
-//                             shm, /*cores=*/2);
+//   double t = PredictSeconds(RingAllReduceTerms, /*ranks=*/4, /*bytes=*/1 << 20, shm,
+//                             /*cores=*/2);
 //
 // `bytes` is the total buffer (all-reduce buffer, reduce-scatter input, all-gather output), as
 // in cost_model.h. Every algorithm's time has the form
@@ -16,16 +18,10 @@
 // step, which ends only once each rank of it has had its turn (s = 1 when ranks <= cores or
 // cores <= 0).
 //
-// Edge cases: ranks <= 1 or bytes <= 0 (or NaN) predict 0 s for every known algorithm (nothing
-// moves); an unknown (kind, algorithm) predicts a negative number.
+// Edge cases: ranks <= 1 or bytes <= 0 (or NaN) predict 0 s (nothing moves).
 // Thread safety: pure functions.
 #pragma once
 
-#include <optional>
-#include <string_view>
-#include <vector>
-
-#include "chorus/communicator.h"
 #include "model/cost_model.h"
 
 namespace chorus::model {
@@ -38,18 +34,48 @@ struct AlgorithmTerms {
   double reduced = 0;  // bytes reduced per rank / n (input bytes combined with another input)
 };
 
-// The terms of `algorithm` for `ranks` ranks; nullopt for an unknown (kind, algorithm). For
-// ranks <= 1 every term is 0.
-std::optional<AlgorithmTerms> Terms(CollectiveKind kind, std::string_view algorithm, int ranks);
+// An algorithm's terms for p >= 2 ranks.
+using TermsFn = AlgorithmTerms (*)(int p);
+
+// The terms of `terms` for `ranks` ranks: every term 0 for ranks <= 1.
+AlgorithmTerms TermsFor(TermsFn terms, int ranks);
 
 // ranks / cores when ranks > cores > 0, else 1.
 double OversubscriptionFactor(int ranks, int cores);
 
-// Predicted seconds of one call; negative for an unknown (kind, algorithm).
-double PredictSeconds(CollectiveKind kind, std::string_view algorithm, int ranks, double bytes,
-                      const MachineParams& m, int cores);
+// Predicted seconds of one call of the algorithm whose terms are `terms`.
+double PredictSeconds(TermsFn terms, int ranks, double bytes, const MachineParams& m, int cores);
 
-// The algorithms the model knows for `kind`, in table order.
-std::vector<std::string_view> ModeledAlgorithms(CollectiveKind kind);
+// Every algorithm's terms, named after the algorithm's run function (algo/).
+AlgorithmTerms OneShotAllReduceTerms(int p);
+AlgorithmTerms DirectAllReduceTerms(int p);
+AlgorithmTerms HierarchicalAllReduceTerms(int p);  // costed as the flat ring: no host layout
+AlgorithmTerms RingAllReduceTerms(int p);
+AlgorithmTerms RecursiveDoublingAllReduceTerms(int p);
+AlgorithmTerms RabenseifnerAllReduceTerms(int p);
+AlgorithmTerms DirectReduceScatterTerms(int p);
+AlgorithmTerms RingReduceScatterTerms(int p);
+AlgorithmTerms DirectAllGatherTerms(int p);
+AlgorithmTerms RingAllGatherTerms(int p);
+AlgorithmTerms BruckAllGatherTerms(int p);
+AlgorithmTerms DirectBroadcastTerms(int p);
+AlgorithmTerms ChainBroadcastTerms(int p);
+AlgorithmTerms BinomialBroadcastTerms(int p);
+AlgorithmTerms ScatterAllGatherBroadcastTerms(int p);
+AlgorithmTerms DirectReduceTerms(int p);
+AlgorithmTerms ChainReduceTerms(int p);
+AlgorithmTerms BinomialReduceTerms(int p);
+AlgorithmTerms DirectBarrierTerms(int p);
+AlgorithmTerms DisseminationBarrierTerms(int p);
+AlgorithmTerms DirectGatherTerms(int p);
+AlgorithmTerms DirectScatterTerms(int p);
+AlgorithmTerms PairwiseAllToAllTerms(int p);
+AlgorithmTerms DirectAllToAllTerms(int p);
+// The v-collectives, costed at even counts (n / p per block).
+AlgorithmTerms PairwiseAllGatherVTerms(int p);
+AlgorithmTerms DirectReduceScatterVTerms(int p);
+AlgorithmTerms PairwiseAllToAllVTerms(int p);
+AlgorithmTerms DirectGatherVTerms(int p);
+AlgorithmTerms DirectScatterVTerms(int p);
 
 }  // namespace chorus::model

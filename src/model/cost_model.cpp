@@ -11,6 +11,8 @@
 
 #include <algorithm>
 
+#include "core/collectives.h"
+
 namespace chorus::model {
 namespace {
 
@@ -21,7 +23,8 @@ uint64_t ChunkElements(uint64_t count, int ranks, int chunk) {
   return count / p + (static_cast<uint64_t>(c) < count % p ? 1 : 0);
 }
 
-bool ValidKind(CollectiveKind kind) {
+// The collectives the ring schedule implements.
+bool RingKind(CollectiveKind kind) {
   return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter ||
          kind == CollectiveKind::kAllGather;
 }
@@ -36,7 +39,7 @@ double Seconds(const RingCost& cost, const MachineParams& params) {
 
 RingCost Ring(CollectiveKind kind, int ranks, int rank, size_t count, DataType dtype) {
   RingCost cost;
-  if (ranks < 1 || rank < 0 || rank >= ranks || !ValidKind(kind)) return cost;
+  if (ranks < 1 || rank < 0 || rank >= ranks || !RingKind(kind)) return cost;
   // One rank copies locally (if at all), and an empty buffer sends nothing: no messages.
   if (ranks == 1 || count == 0) return cost;
 
@@ -64,6 +67,8 @@ RingCost Ring(CollectiveKind kind, int ranks, int rank, size_t count, DataType d
       cost.bytes_received = (total - prev) + (total - own);
       cost.bytes_reduced = total - prev;  // only the reduce-scatter half combines
       cost.steps = 2 * phase_steps;
+      break;
+    default:
       break;
   }
   return cost;
@@ -93,21 +98,13 @@ double RingTime(CollectiveKind kind, int ranks, size_t count, DataType dtype,
 }
 
 double RingBytesClosedForm(CollectiveKind kind, int ranks, double bytes) {
-  if (ranks <= 1 || !(bytes > 0.0)) return 0.0;
-  const double share = static_cast<double>(ranks - 1) / ranks * bytes;
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return 2.0 * share;
-    case CollectiveKind::kReduceScatter:
-    case CollectiveKind::kAllGather:
-      return share;
-  }
-  return 0.0;
+  if (ranks <= 1 || !(bytes > 0.0) || !RingKind(kind)) return 0.0;
+  return internal::Collective(kind).model_bytes(ranks) * bytes;
 }
 
 double RingTimeClosedForm(CollectiveKind kind, int ranks, double bytes,
                           const MachineParams& params) {
-  if (ranks <= 1 || !(bytes > 0.0)) return 0.0;
+  if (ranks <= 1 || !(bytes > 0.0) || !RingKind(kind)) return 0.0;
   const double steps = ranks - 1;
   const double share = steps / ranks * bytes;  // (p-1)/p n
   switch (kind) {
@@ -119,21 +116,15 @@ double RingTimeClosedForm(CollectiveKind kind, int ranks, double bytes,
     case CollectiveKind::kAllReduce:
       return 2.0 * steps * params.alpha_s + 2.0 * share * params.beta_s_per_byte +
              share * params.gamma_s_per_byte;
+    default:
+      break;
   }
   return 0.0;
 }
 
 double BusBandwidthFactor(CollectiveKind kind, int ranks) {
-  if (ranks <= 1) return 0.0;
-  const double share = static_cast<double>(ranks - 1) / ranks;
-  switch (kind) {
-    case CollectiveKind::kAllReduce:
-      return 2.0 * share;
-    case CollectiveKind::kReduceScatter:
-    case CollectiveKind::kAllGather:
-      return share;
-  }
-  return 0.0;
+  if (ranks <= 1 || !internal::IsCollective(static_cast<unsigned>(kind))) return 0.0;
+  return internal::Collective(kind).bus_factor(ranks);
 }
 
 }  // namespace chorus::model

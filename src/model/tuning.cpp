@@ -109,11 +109,6 @@ Result<FileValues> ParseValues(std::string_view rest) {
   return FileValues{*values[0], *values[1], *values[2]};
 }
 
-std::string EnvOrEmpty(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string() : std::string(value);
-}
-
 }  // namespace
 
 const MachineParams& Tuning::For(TransportKind transport) const {
@@ -148,22 +143,34 @@ Tuning DefaultTuning() {
 }
 
 Result<Tuning> LoadTuning(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return InvalidArgument("cannot read tuning file " + path + ": it is a directory");
+  }
   std::ifstream in(path);
   if (!in) return InvalidArgument("cannot read tuning file " + path + ": " + std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return InvalidArgument("cannot read tuning file " + path);
+  return ParseTuning(text.str(), path);
+}
+
+Result<Tuning> ParseTuning(std::string_view text, const std::string& source) {
   Tuning tuning = DefaultTuning();
-  tuning.source = path;
+  tuning.source = source;
   std::array<int, 5> seen_on_line{};  // by TransportKind; 0 = not yet
-  std::string line;
   int number = 0;
-  while (std::getline(in, line)) {
+  while (!text.empty()) {
     ++number;
-    const std::string_view text = Trim(line);
-    if (text.empty() || text.front() == '#') continue;
+    const size_t nl = text.find('\n');
+    const std::string_view line = Trim(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line.front() == '#') continue;
     auto fail = [&](const std::string& what) -> Status {
-      return InvalidArgument(path + ":" + std::to_string(number) + ": " + what);
+      return InvalidArgument(source + ":" + std::to_string(number) + ": " + what);
     };
-    const size_t space = text.find_first_of(" \t");
-    const std::string_view word = text.substr(0, space);
+    const size_t space = line.find_first_of(" \t");
+    const std::string_view word = line.substr(0, space);
     const std::optional<TransportKind> transport = ParseTransport(word);
     if (!transport) {
       return fail("unknown transport \"" + std::string(word) + "\" (expected thread, shm or tcp)");
@@ -174,11 +181,10 @@ Result<Tuning> LoadTuning(const std::string& path) {
     }
     seen = number;
     Result<FileValues> values =
-        ParseValues(space == std::string_view::npos ? std::string_view() : text.substr(space));
+        ParseValues(space == std::string_view::npos ? std::string_view() : line.substr(space));
     if (!values.ok()) return fail(std::string(word) + ": " + values.status().message());
     tuning.For(*transport) = ToParams(*values);
   }
-  if (in.bad()) return InvalidArgument("cannot read tuning file " + path);
   return tuning;
 }
 
@@ -231,24 +237,14 @@ Status SaveTuning(const std::string& path, const Tuning& tuning, std::string_vie
   return Status::Ok();
 }
 
-std::string DefaultTuningPath() {
-  if (std::string file = EnvOrEmpty("CHORUS_TUNING_FILE"); !file.empty()) return file;
-  if (std::string xdg = EnvOrEmpty("XDG_CONFIG_HOME"); !xdg.empty()) {
-    return xdg + "/chorus/tuning.conf";
-  }
-  if (std::string home = EnvOrEmpty("HOME"); !home.empty()) {
-    return home + "/.config/chorus/tuning.conf";
-  }
-  return {};
-}
-
-Result<Tuning> ActiveTuning() {
-  const std::string path = DefaultTuningPath();
-  std::error_code ec;
+Result<Tuning> TuningFromFile(const std::string& path) {
   if (path.empty()) return DefaultTuning();
-  // When existence cannot be checked (a directory without permission), LoadTuning says why.
-  const bool present = std::filesystem::exists(path, ec);
-  if (!ec && !present) return DefaultTuning();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) {
+    return InvalidArgument("options.tuning_file (" + path +
+                           "): no such file (chorus tune writes it; empty means the built-in "
+                           "defaults)");
+  }
   return LoadTuning(path);
 }
 

@@ -1,11 +1,12 @@
 // Calibrated machine parameters per transport: built-in defaults measured on the development
 // machine, and the tuning file that `chorus tune` writes for the machine it runs on.
 //
-//   Result<Tuning> tuning = ActiveTuning();   // the file if there is one, else the defaults
-//   if (!tuning.ok()) ...                     // the file exists but is malformed
+//   Result<Tuning> tuning = TuningFromFile(options.tuning_file);   // "" = the defaults
+//   if (!tuning.ok()) ...                     // the file is missing or malformed
 //   const MachineParams& shm = tuning->For(TransportKind::kShm);
 //
-// The file (DefaultTuningPath()) is text, one line per transport; '#' starts a comment line:
+// The file (where CommOptions::tuning_file points; core/env.h finds the default one) is text, one
+// line per transport; '#' starts a comment line:
 //
 //   # written by chorus tune on host vm, 2026-11-30 06:58:02 UTC
 //   thread alpha_us=0.38 beta_gbps=25 gamma_gbps=12.5
@@ -17,8 +18,7 @@
 // keys, once each; a transport without a line keeps its default, and a transport given twice is
 // an error. MPI ranks use the tcp line.
 //
-// Thread safety: Tuning is a value; the functions touch only the named file and read the
-// environment.
+// Thread safety: Tuning is a value; the functions touch only the named file.
 #pragma once
 
 #include <string>
@@ -49,6 +49,9 @@ Tuning DefaultTuning();
 //   "tuning.conf:3: beta_gbps: \"fast\" is not a positive number".
 Result<Tuning> LoadTuning(const std::string& path);
 
+// Parses the text of a tuning file; `source` names it in errors and becomes Tuning::source.
+Result<Tuning> ParseTuning(std::string_view text, const std::string& source);
+
 // Writes `tuning` to `path` (creating its directory), replacing the file atomically.
 // `comment` (may hold several lines) goes into '#' lines at the top.
 Status SaveTuning(const std::string& path, const Tuning& tuning, std::string_view comment = {});
@@ -56,13 +59,8 @@ Status SaveTuning(const std::string& path, const Tuning& tuning, std::string_vie
 // The text SaveTuning writes.
 std::string FormatTuning(const Tuning& tuning, std::string_view comment = {});
 
-// $CHORUS_TUNING_FILE if set (and not empty), else $XDG_CONFIG_HOME/chorus/tuning.conf, else
-// $HOME/.config/chorus/tuning.conf; "" when none of the three variables is set.
-std::string DefaultTuningPath();
-
-// The tuning the library uses: LoadTuning(DefaultTuningPath()) when that file exists, else
-// DefaultTuning(). A file that exists but cannot be read or parsed is an error, not a silent
-// fall-back to the defaults.
-Result<Tuning> ActiveTuning();
+// The tuning CommOptions::tuning_file names: the built-in defaults for "", else the file, which
+// must exist and parse ("options.tuning_file (PATH): no such file").
+Result<Tuning> TuningFromFile(const std::string& path);
 
 }  // namespace chorus::model

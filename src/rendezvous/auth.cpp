@@ -368,6 +368,12 @@ std::array<uint8_t, 32> Handshake::Mac(std::string_view label, const std::array<
   return mac;
 }
 
+std::array<uint8_t, 32> Handshake::SessionKey(bool dialer_to_acceptor) const {
+  const auto& nonce_d = role_ == Role::kDialer ? own_nonce_ : peer_nonce_;
+  const auto& nonce_a = role_ == Role::kDialer ? peer_nonce_ : own_nonce_;
+  return Mac(dialer_to_acceptor ? "chorus/wire/d2a" : "chorus/wire/a2d", nonce_d, nonce_a);
+}
+
 // ----------------------------------------------------------------------------- RunHandshake
 
 Status RunHandshake(int fd, Handshake& handshake, Deadline deadline) {

@@ -74,7 +74,18 @@ class Handshake {
   Status Feed(const void* data, size_t n);
   // Both sides proved themselves and all output was sent.
   bool done() const;
+  // Acceptor: the dialer's first message (its claim) has arrived; claim() holds it, not yet
+  // proved. A caller may turn away a claim it does not expect without waiting for the proof.
+  bool claimed() const {
+    return role_ == Role::kAcceptor &&
+           (step_ == Step::kAwaitProof || step_ == Step::kDone);
+  }
   const std::string& claim() const { return claim_; }
+
+  // Once done(): a key for protecting what follows on this connection in one direction
+  // (`dialer_to_acceptor`), the same on both ends and different for every connection:
+  // HMAC(key, "chorus/wire/d2a" or ".../a2d" | claim | nonce_d | nonce_a).
+  std::array<uint8_t, 32> SessionKey(bool dialer_to_acceptor) const;
 
  private:
   // Where the exchange stands; each waiting step names the message it expects next.

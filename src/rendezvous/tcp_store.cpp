@@ -42,6 +42,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -54,6 +55,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/log_limit.h"
 #include "rendezvous/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
@@ -135,6 +137,13 @@ constexpr size_t kReadPerEvent = 4 * kReadChunk;  // then give the other clients
 constexpr size_t kReadAhead = 64 * 1024;          // input buffered while requests cannot run
 constexpr size_t kKeepCapacity = 1 << 20;         // larger idle buffers are given back
 constexpr milliseconds kAcceptPause(100);         // after running out of descriptors
+// Connections still in their hello or handshake share this many places; a newer one pushes out
+// the one that has been quiet longest, after a last look at what it sent. A client says hello
+// and answers its challenge at once, so idle and slow strangers never keep a client out.
+constexpr size_t kMaxStrangers = 128;
+// Authenticated clients (they know the job's secret) beyond this are turned away, with a log
+// line: a job's ranks hold a few connections each.
+constexpr size_t kMaxClients = 16384;
 constexpr std::string_view kStoreClaim = "store";
 
 class StoreServer final : public TcpStoreServer {
@@ -179,6 +188,7 @@ class StoreServer final : public TcpStoreServer {
     std::string peer;               // "127.0.0.1:40312", for the log
     std::optional<Handshake> auth;  // during Stage::kAuth
     StoreClock::time_point handshake_deadline;
+    StoreClock::time_point last_heard;  // when it last sent something (or was accepted)
     std::string in;  // received bytes; in[in_pos..] not yet consumed
     size_t in_pos = 0;
     std::string out;  // reply bytes; out[out_pos..] not yet sent
@@ -205,6 +215,9 @@ class StoreServer final : public TcpStoreServer {
   bool WantsInput(const Connection& c) const;
   void Kill(Connection& c);
   void Drop(Connection& c, std::string_view reason);
+  // Makes room for a new stranger: the one quiet longest goes, unless a last read shows it busy.
+  void PushOutStranger();
+  size_t Strangers() const;
   void ExpireHandshakes();
   int WaitTimeoutMs() const;
   void Reap();
@@ -233,6 +246,10 @@ class StoreServer final : public TcpStoreServer {
   std::deque<std::pair<StoreClock::time_point, uint64_t>> handshakes_;
   std::optional<StoreClock::time_point> accept_paused_until_;
   uint64_t next_id_ = kWakeId + 1;
+  size_t clients_ = 0;  // connections past their handshake
+  internal::LogLimiter log_{"chorus store"};
+  // Where every connection's reads land first: a connection's buffer grows by what arrived.
+  std::unique_ptr<char[]> read_buffer_ = std::make_unique<char[]>(kReadChunk);
 
   std::thread thread_;  // last: started when everything it touches exists
 };
@@ -346,6 +363,7 @@ void StoreServer::Run() {
       DrainRunnable();
     }
     ExpireHandshakes();
+    log_.Flush(internal::Clock::now());
     Reap();
   }
 }
@@ -356,6 +374,7 @@ int StoreServer::WaitTimeoutMs() const {
   if (!handshakes_.empty() && (!wake || handshakes_.front().first < *wake)) {
     wake = handshakes_.front().first;
   }
+  if (const auto flush = log_.NextFlush(); flush && (!wake || *flush < *wake)) wake = *flush;
   if (!wake) return -1;
   return static_cast<int>(
       std::clamp<int64_t>(internal::MillisecondsLeft(*wake), 1, std::numeric_limits<int>::max()));
@@ -388,6 +407,13 @@ void StoreServer::Accept() {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The pending connection stays queued and would wake a level-triggered loop forever:
         // stop listening for a moment and let existing clients finish.
+        rlimit limit{};
+        getrlimit(RLIMIT_NOFILE, &limit);
+        log_.Note("this process:0",
+                  "out of file descriptors (accept: " + ErrnoText(errno) + ", " +
+                      std::to_string(conns_.size()) + " connections, limit " +
+                      std::to_string(limit.rlim_cur) + "); accepting paused",
+                  "connection");
         epoll_event ev{};
         ev.data.u64 = kListenId;
         epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listen_.get(), &ev);
@@ -401,6 +427,7 @@ void StoreServer::Accept() {
     c->fd = std::move(fd);
     c->peer = PeerName(addr);
     c->handshake_deadline = internal::DeadlineAfter(handshake_timeout_);
+    c->last_heard = StoreClock::now();
     c->interest = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
     ev.events = c->interest;
@@ -408,6 +435,28 @@ void StoreServer::Accept() {
     if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, c->fd.get(), &ev) != 0) continue;
     handshakes_.emplace_back(c->handshake_deadline, c->id);
     conns_.emplace(c->id, std::move(c));
+    if (Strangers() > kMaxStrangers) PushOutStranger();
+  }
+}
+
+size_t StoreServer::Strangers() const { return conns_.size() - clients_ - doomed_.size(); }
+
+void StoreServer::PushOutStranger() {
+  // Bounded: each pass either drops one or finds one that is busy and moves on.
+  for (size_t tries = 0; tries < 8; ++tries) {
+    Connection* quietest = nullptr;
+    for (auto& [id, c] : conns_) {
+      if (c->dead || c->stage == Stage::kRequests) continue;
+      if (quietest == nullptr || c->last_heard < quietest->last_heard) quietest = c.get();
+    }
+    if (quietest == nullptr) return;
+    const StoreClock::time_point before = quietest->last_heard;
+    ReadFrom(*quietest);  // what it sent but we did not read yet
+    Process(*quietest);
+    if (quietest->dead || quietest->stage == Stage::kRequests) return;
+    if (quietest->last_heard == before) {
+      return Drop(*quietest, "pushed out by newer connections while it sent nothing");
+    }
   }
 }
 
@@ -438,11 +487,12 @@ bool StoreServer::WantsInput(const Connection& c) const {
 void StoreServer::ReadFrom(Connection& c) {
   size_t total = 0;
   while (total < kReadPerEvent && WantsInput(c)) {
-    const size_t old = c.in.size();
-    c.in.resize(old + kReadChunk);
-    const ssize_t n = ::recv(c.fd.get(), c.in.data() + old, kReadChunk, MSG_DONTWAIT);
-    c.in.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    // Into the server's buffer, then only what came into the connection's: an idle or slow
+    // connection costs bytes, not a chunk.
+    const ssize_t n = ::recv(c.fd.get(), read_buffer_.get(), kReadChunk, MSG_DONTWAIT);
     if (n > 0) {
+      c.in.append(read_buffer_.get(), static_cast<size_t>(n));
+      c.last_heard = StoreClock::now();
       total += static_cast<size_t>(n);
     } else if (n == 0) {
       c.peer_closed = true;
@@ -561,7 +611,13 @@ bool StoreServer::HandleAuth(Connection& c) {
     return false;
   }
   c.auth.reset();
+  if (clients_ >= kMaxClients) {
+    Drop(c, "too many clients (" + std::to_string(clients_) + " connected, the limit is " +
+                std::to_string(kMaxClients) + ")");
+    return false;
+  }
   c.stage = Stage::kRequests;
+  ++clients_;
   Flush(c);
   return true;
 }
@@ -677,15 +733,14 @@ void StoreServer::UpdateInterest(Connection& c) {
 
 void StoreServer::Drop(Connection& c, std::string_view reason) {
   if (c.dead) return;
-  // One fprintf per line, so lines from several servers in one process do not interleave.
-  std::fprintf(stderr, "chorus store: dropped %s: %.*s\n", c.peer.c_str(),
-               static_cast<int>(reason.size()), reason.data());
+  log_.Note(c.peer, std::string(reason));
   Kill(c);
 }
 
 void StoreServer::Kill(Connection& c) {
   if (c.dead) return;
   c.dead = true;
+  if (c.stage == Stage::kRequests) --clients_;
   doomed_.push_back(c.id);
 }
 

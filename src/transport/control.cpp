@@ -1,6 +1,7 @@
 // Group control state (see control.h).
 #include "transport/control.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -47,7 +48,9 @@ void Control::RingAll() {
 
 void Control::Fail(const Status& status) {
   uint32_t expected = 0;
-  if (!fail_state_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
+  // seq_cst, as failed()'s load: a transport can then order a failure against its own flags
+  // (TcpTransport::Adopt) without a fence, which TSan cannot model.
+  if (!fail_state_.compare_exchange_strong(expected, 1, std::memory_order_seq_cst)) return;
   fail_code_.store(static_cast<int32_t>(status.code()), std::memory_order_relaxed);
   fail_message_.Store(status.message());
   fail_state_.store(2, std::memory_order_release);
@@ -80,25 +83,29 @@ void Control::Depart(int rank) {
   RingAll();
 }
 
-std::string Control::Absentees(uint64_t call_index) const {
-  std::string list;
-  int missing = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (ranks()[r].started.load(std::memory_order_relaxed) <= call_index) {
-      list += (missing++ == 0 ? "" : ", ") + std::to_string(r);
-    }
+PeerState Control::StateOf(int rank, Clock::time_point now) {
+  RankControl& r = ranks()[rank];
+  PeerState state;
+  state.started = r.started.load(std::memory_order_acquire);
+  state.active = static_cast<int64_t>(r.active.load(std::memory_order_acquire)) - 1;
+  state.waiting_for = r.beacon.waiting_for.load(std::memory_order_relaxed) - 1;
+  const int64_t beat = r.beacon.beat_ns.load(std::memory_order_relaxed);
+  if (beat != 0) {
+    state.idle_seconds = std::max(
+        0.0, std::chrono::duration<double>(now.time_since_epoch() - Clock::duration(beat)).count());
   }
-  if (missing == 0) return "";
-  return (missing == 1 ? "rank " + list + " has" : "ranks " + list + " have") +
-         " not started call #" + std::to_string(call_index);
+  return state;
 }
 
 void Control::Reject(int rank, uint64_t call_index, const std::string& reason) {
   RankControl& me = ranks()[rank];
   const uint64_t n = me.rejections.fetch_add(1, std::memory_order_relaxed);
-  const auto slot = static_cast<size_t>(n % kRejections);
-  me.rejected_why[slot].Store(reason);
-  me.rejected_call[slot].store(call_index + 1, std::memory_order_release);
+  const auto reason_slot = static_cast<size_t>(n % kReasons);
+  // The reason first: a peer that sees the call rejected can read why.
+  me.reason_call[reason_slot].store(0, std::memory_order_release);
+  me.rejected_why[reason_slot].Store(reason);
+  me.reason_call[reason_slot].store(call_index + 1, std::memory_order_release);
+  me.rejected_call[n % kRejections].store(call_index + 1, std::memory_order_release);
   uint64_t latest = latest_rejection_.load(std::memory_order_relaxed);
   while (latest < call_index + 1 && !latest_rejection_.compare_exchange_weak(
                                         latest, call_index + 1, std::memory_order_acq_rel)) {
@@ -106,9 +113,16 @@ void Control::Reject(int rank, uint64_t call_index, const std::string& reason) {
   RingAll();
 }
 
-int Control::RejectionSlot(int rank, uint64_t call_index) const {
-  for (int slot = 0; slot < kRejections; ++slot) {
-    if (ranks()[rank].rejected_call[slot].load(std::memory_order_acquire) == call_index + 1) {
+bool Control::RejectedBy(int rank, uint64_t call_index) const {
+  for (const auto& call : ranks()[rank].rejected_call) {
+    if (call.load(std::memory_order_acquire) == call_index + 1) return true;
+  }
+  return false;
+}
+
+int Control::ReasonSlot(int rank, uint64_t call_index) const {
+  for (int slot = 0; slot < kReasons; ++slot) {
+    if (ranks()[rank].reason_call[slot].load(std::memory_order_acquire) == call_index + 1) {
       return slot;
     }
   }
@@ -118,20 +132,41 @@ int Control::RejectionSlot(int rank, uint64_t call_index) const {
 bool Control::Rejected(int rank, uint64_t call_index) const {
   if (latest_rejection_.load(std::memory_order_acquire) <= call_index) return false;
   for (int r = 0; r < size_; ++r) {
-    if (r != rank && RejectionSlot(r, call_index) >= 0) return true;
+    if (r != rank && RejectedBy(r, call_index)) return true;
+  }
+  return false;
+}
+
+bool Control::Abandoned(uint64_t call_index) const {
+  if (latest_rejection_.load(std::memory_order_acquire) <= call_index) return false;
+  for (int r = 0; r < size_; ++r) {
+    if (RejectedBy(r, call_index)) return true;
   }
   return false;
 }
 
 Status Control::Rejection(int rank, uint64_t call_index) const {
   for (int r = 0; r < size_; ++r) {
-    const int slot = r == rank ? -1 : RejectionSlot(r, call_index);
-    if (slot >= 0) {
-      return Aborted("rank " + std::to_string(r) + " rejected this call (" +
-                     ranks()[r].rejected_why[slot].Load() + ")");
-    }
+    if (r == rank || !RejectedBy(r, call_index)) continue;
+    const int slot = ReasonSlot(r, call_index);
+    const std::string why =
+        slot >= 0 ? ranks()[r].rejected_why[slot].Load() : std::string("its reason is lost");
+    // The reason may have been overwritten between the two reads; only a match counts.
+    const bool current = slot >= 0 && ReasonSlot(r, call_index) == slot;
+    return InvalidArgument("rank " + std::to_string(r) + " rejected this call (" +
+                           (current ? why : std::string("its reason is lost")) + ")");
   }
   return Status::Ok();
+}
+
+std::vector<PeerState> ControlledTransport::Census(uint64_t, Deadline) {
+  const Clock::time_point now = Clock::now();
+  std::vector<PeerState> states;
+  for (int r = 0; r < size(); ++r) {
+    states.push_back(control_.StateOf(r, now));
+    if (r != rank_) states.back().alive = PeerAlive(r);
+  }
+  return states;
 }
 
 }  // namespace chorus::internal

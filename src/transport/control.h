@@ -83,7 +83,7 @@ class Control {
 
   // The first failure wins; every rank's waits are interrupted.
   void Fail(const Status& status);
-  bool failed() const { return fail_state_.load(std::memory_order_acquire) != 0; }
+  bool failed() const { return fail_state_.load(std::memory_order_seq_cst) != 0; }
   Status failure() const;
 
   // Brackets the time a rank runs call `call_index`'s algorithm (and may read peers' memory).
@@ -93,15 +93,27 @@ class Control {
   bool Active(int rank, uint64_t call_index) const {
     return ranks()[rank].active.load(std::memory_order_acquire) == call_index + 1;
   }
-  std::string Absentees(uint64_t call_index) const;
+  // The call `rank` is running, or -1.
+  int64_t active(int rank) const {
+    return static_cast<int64_t>(ranks()[rank].active.load(std::memory_order_acquire)) - 1;
+  }
+  uint64_t started(int rank) const { return ranks()[rank].started.load(std::memory_order_acquire); }
+  Beacon& beacon(int rank) { return ranks()[rank].beacon; }
+  // The state of `rank` as its control block shows it (census.h), seen at `now`.
+  PeerState StateOf(int rank, Clock::time_point now);
 
   // A rank whose communicator is gone (thread ranks only; processes are watched by pid).
   void Depart(int rank);
   bool Departed(int rank) const { return ranks()[rank].departed.load(std::memory_order_acquire); }
 
+  // `rank` refused call `call_index` (its arguments were invalid) and will not take part.
   void Reject(int rank, uint64_t call_index, const std::string& reason);
+  // kInvalidArgument naming a rank other than `rank` that rejected `call_index`; OK if none.
   Status Rejection(int rank, uint64_t call_index) const;
+  // Cheap form of !Rejection(rank, call_index).ok().
   bool Rejected(int rank, uint64_t call_index) const;
+  // True when any rank, `rank` included, rejected `call_index`: its messages are stale.
+  bool Abandoned(uint64_t call_index) const;
 
   void SetPid(int rank, int pid) { ranks()[rank].pid.store(pid, std::memory_order_release); }
   int pid(int rank) const { return ranks()[rank].pid.load(std::memory_order_acquire); }
@@ -117,23 +129,28 @@ class Control {
     std::string Load() const;
   };
 
-  // A rank's last few rejections: enough for peers still waiting in an older call to learn
-  // why, even if the rank rejected more calls since.
-  static constexpr int kRejections = 4;
+  // A rank's last kRejections rejected calls, so that stale messages of an abandoned call are
+  // recognised calls later; the reasons of the last kReasons, for peers still waiting in an
+  // older call to learn why, even if the rank rejected more calls since.
+  static constexpr int kRejections = 64;
+  static constexpr int kReasons = 4;
 
   struct alignas(64) RankControl {
     Doorbell bell;
     std::atomic<uint64_t> started{0};  // calls started, for diagnostics
     std::atomic<uint64_t> active{0};   // call index + 1 while running it, else 0
     std::atomic<uint64_t> rejections{0};
-    std::atomic<uint64_t> rejected_call[kRejections] = {};  // call index + 1, by rejection % 4
+    std::atomic<uint64_t> rejected_call[kRejections] = {};  // call index + 1, by rejection #
+    std::atomic<uint64_t> reason_call[kReasons] = {};       // call index + 1, by rejection #
     std::atomic<int32_t> pid{0};
     std::atomic<bool> departed{false};
-    Text rejected_why[kRejections];
+    Text rejected_why[kReasons];
+    alignas(64) Beacon beacon;  // a line of its own: written by the rank, read on timeouts
   };
 
-  // Where `rank` recorded its rejection of `call_index`, or -1.
-  int RejectionSlot(int rank, uint64_t call_index) const;
+  bool RejectedBy(int rank, uint64_t call_index) const;
+  // Where `rank` recorded the reason it rejected `call_index`, or -1.
+  int ReasonSlot(int rank, uint64_t call_index) const;
 
   explicit Control(int size) : size_(size) {}
   RankControl* ranks() { return reinterpret_cast<RankControl*>(this + 1); }
@@ -166,9 +183,8 @@ class ControlledTransport : public Transport {
   bool PeerActive(int peer, uint64_t call_index) const override {
     return control_.Active(peer, call_index);
   }
-  std::string Absentees(uint64_t call_index) const override {
-    return control_.Absentees(call_index);
-  }
+  Beacon& beacon() override { return control_.beacon(rank_); }
+  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
 
   void Reject(uint64_t call_index, const std::string& reason) override {
     control_.Reject(rank_, call_index, reason);
@@ -177,6 +193,7 @@ class ControlledTransport : public Transport {
     return control_.Rejection(rank_, call_index);
   }
   bool Rejected(uint64_t call_index) const override { return control_.Rejected(rank_, call_index); }
+  bool Abandoned(uint64_t call_index) const override { return control_.Abandoned(call_index); }
 
  protected:
   Control& control_;

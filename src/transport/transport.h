@@ -21,6 +21,7 @@
 #include "chorus/communicator.h"
 #include "chorus/status.h"
 #include "core/wait.h"
+#include "transport/census.h"
 
 namespace chorus::internal {
 
@@ -33,6 +34,11 @@ struct CallTag {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   uint8_t algorithm = 0;  // index in the selection table (algo/select.h)
+  uint32_t root = 0;      // the root rank of a rooted collective (core/collectives.h), else 0
+  // A varied collective's counts: the digest of the counts every rank passes (all-gather-v,
+  // reduce-scatter-v), or the elements this pair of ranks exchanges (the others, set per peer
+  // by the algorithm, Channel::SetPairCount); else 0.
+  uint64_t layout = 0;
 
   bool operator==(const CallTag&) const = default;
 };
@@ -75,6 +81,8 @@ class Transport {
   virtual int size() const = 0;
   // Bytes in each staging slot; a message never exceeds it.
   virtual size_t slot_bytes() const = 0;
+  // The segment a call uses when CallOptions::segment_bytes does not say: at most slot_bytes().
+  virtual size_t default_segment_bytes() const { return slot_bytes(); }
   // True when a posted message may point at the sender's own memory (shared address space).
   virtual bool zero_copy() const = 0;
   // True when Post may also be given the caller's memory in place of the reserved slot: the
@@ -110,9 +118,16 @@ class Transport {
   virtual bool PeerAlive(int peer) = 0;
   // "rank 2 (pid 4242) exited", for the error when PeerAlive(peer) is false.
   virtual std::string DescribeDeath(int peer) const = 0;
+  // True when `peer` died before its link to this rank was up, so that the cause it sent its
+  // other peers before it went could not come this way, and may still come through them (TCP:
+  // the dialler of a link in its handshake sees only a reset).
+  virtual bool DiedUnheard(int) const { return false; }
 
   // This rank's doorbell: rung whenever a message or a credit arrives, or the group fails.
   virtual Doorbell& doorbell() = 0;
+  // Moves along what a transport that progresses only when polled has to do by itself (MPI:
+  // reads the group's notices). Nothing elsewhere.
+  virtual void Poll() {}
   // False for a transport that progresses only when polled (nothing rings the doorbell when a
   // message arrives): waits on it then yield between polls and never sleep.
   virtual bool rings_doorbell() const { return true; }
@@ -129,17 +144,23 @@ class Transport {
   // know when this rank no longer reads their memory.
   virtual void Enter(uint64_t call_index) = 0;
   virtual void Leave() = 0;
-  // True while `peer` runs call `call_index`.
+  // True while `peer` runs call `call_index` (zero-copy transports, where it matters).
   virtual bool PeerActive(int peer, uint64_t call_index) const = 0;
-  // "ranks 2, 3 have not started call #4", or "" when every rank has.
-  virtual std::string Absentees(uint64_t call_index) const = 0;
+  // Where this rank's waits leave their signs of life (census.h).
+  virtual Beacon& beacon() = 0;
+  // Every rank's state as far as this rank can learn it by `until` (census.h), for the verdict
+  // of a wait on call `call_index` that timed out. Blocks at most until `until`.
+  virtual std::vector<PeerState> Census(uint64_t call_index, Deadline until) = 0;
 
   // Tells the other ranks that this rank rejected call `call_index` and will not take part.
   virtual void Reject(uint64_t call_index, const std::string& reason) = 0;
-  // If some rank rejected `call_index`: an Aborted status naming it; OK otherwise.
+  // If another rank rejected `call_index`: kInvalidArgument naming it and its reason; else OK.
   virtual Status Rejection(uint64_t call_index) const = 0;
   // Cheap (lock-free) form of !Rejection(call_index).ok(), polled while waiting.
   virtual bool Rejected(uint64_t call_index) const = 0;
+  // True when some rank, this one included, rejected `call_index`: every rank abandons such a
+  // call, and messages of it that arrive later are dropped unread.
+  virtual bool Abandoned(uint64_t call_index) const = 0;
 };
 
 }  // namespace chorus::internal

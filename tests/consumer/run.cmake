@@ -3,7 +3,13 @@
 #   cmake -DSOURCE_DIR=tests/consumer/find_package -DBINARY_DIR=/tmp/c \
 #         -DPREFIX_PATH=build/_install -P tests/consumer/run.cmake
 # Inputs: SOURCE_DIR, BINARY_DIR (wiped first), and optionally PREFIX_PATH, CHORUS_SOURCE_DIR,
-# GENERATOR, CXX_COMPILER, BUILD_TYPE.
+# GENERATOR, CXX_COMPILER, BUILD_TYPE, and (comma-separated lists):
+#   OPTIONS          more -D settings for the consumer's configure
+#   PROGRAMS         what to run after the build (default chorus_consumer)
+#   SHARED_PROGRAMS  those of PROGRAMS that must load libchorus*.so.N (readelf), from LIB_DIR
+#                    if given (ldd), and must not need libsodium themselves; the others must
+#                    not need any libchorus*.so
+#   RUN_WITH         a launcher to run each program under (mpirun ...)
 cmake_minimum_required(VERSION 3.25)
 
 foreach(required SOURCE_DIR BINARY_DIR)
@@ -11,6 +17,12 @@ foreach(required SOURCE_DIR BINARY_DIR)
     message(FATAL_ERROR "run.cmake: -D${required}=... is required")
   endif()
 endforeach()
+foreach(list OPTIONS PROGRAMS SHARED_PROGRAMS RUN_WITH)
+  string(REPLACE "," ";" ${list} "${${list}}")
+endforeach()
+if(NOT PROGRAMS)
+  set(PROGRAMS chorus_consumer)
+endif()
 
 set(args -S ${SOURCE_DIR} -B ${BINARY_DIR})
 if(DEFINED GENERATOR)
@@ -28,6 +40,7 @@ endif()
 if(DEFINED CHORUS_SOURCE_DIR)
   list(APPEND args -DCHORUS_SOURCE_DIR=${CHORUS_SOURCE_DIR})
 endif()
+list(APPEND args ${OPTIONS})
 
 file(REMOVE_RECURSE ${BINARY_DIR})
 execute_process(COMMAND ${CMAKE_COMMAND} ${args} COMMAND_ERROR_IS_FATAL ANY)
@@ -42,4 +55,33 @@ if(DEFINED PREFIX_PATH)
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BINARY_DIR} --parallel 2
                 COMMAND_ERROR_IS_FATAL ANY)
-execute_process(COMMAND ${BINARY_DIR}/chorus_consumer COMMAND_ERROR_IS_FATAL ANY)
+
+foreach(program IN LISTS PROGRAMS)
+  set(path ${BINARY_DIR}/${program})
+  # What the program needs at run time is what tells a static link from a shared one.
+  execute_process(COMMAND readelf -d ${path} OUTPUT_VARIABLE dynamic COMMAND_ERROR_IS_FATAL ANY)
+  string(REGEX MATCHALL "NEEDED\\)[^\n]*\\[[^]]*\\]" needed "${dynamic}")
+  string(REGEX MATCHALL "libchorus[_a-z]*\\.so[.0-9]*" needs_chorus "${needed}")
+  if(program IN_LIST SHARED_PROGRAMS)
+    if(NOT needs_chorus MATCHES "libchorus\\.so\\.[0-9]")
+      message(FATAL_ERROR "${program} should load libchorus.so.N; it needs: ${needed}")
+    endif()
+    if(needed MATCHES "libsodium")
+      message(FATAL_ERROR "${program} needs libsodium itself, but the shared chorus keeps it "
+                          "private: ${needed}")
+    endif()
+    if(DEFINED LIB_DIR)
+      execute_process(COMMAND ldd ${path} OUTPUT_VARIABLE resolved COMMAND_ERROR_IS_FATAL ANY)
+      get_filename_component(lib_dir "${LIB_DIR}" ABSOLUTE)
+      string(REGEX MATCH "libchorus\\.so\\.[0-9.]+ => [^ ]+" loads "${resolved}")
+      string(FIND "${loads}" "=> ${lib_dir}/libchorus.so" at)
+      if(at EQUAL -1)
+        message(FATAL_ERROR "${program} does not load libchorus from ${lib_dir}:\n${resolved}")
+      endif()
+    endif()
+    message(STATUS "${program}: loads ${needs_chorus}")
+  elseif(needs_chorus)
+    message(FATAL_ERROR "${program} should link chorus statically; it needs ${needs_chorus}")
+  endif()
+  execute_process(COMMAND ${RUN_WITH} ${path} COMMAND_ERROR_IS_FATAL ANY)
+endforeach()

@@ -180,7 +180,7 @@ TEST(MpiCreate, RanksMustAgreeOnSegmentBytes) {
 
 // ------------------------------------------------------------------ group failure
 
-TEST(MpiFailure, RejectedCallAbortsThePeers) {
+TEST(MpiFailure, RejectedCallIsAbandonedByThePeersWithTheSameCode) {
   Communicator comm = MustCreate(MPI_COMM_WORLD);
   std::vector<float> send(64, 1.0f);
   std::vector<float> recv(64);
@@ -189,12 +189,15 @@ TEST(MpiFailure, RejectedCallAbortsThePeers) {
   const Status s =
       comm.AllReduce(ConstBuffer{send.data(), 64, DataType::kFloat32},
                      MutableBuffer{recv.data(), recv_count, DataType::kFloat32}, ReduceOp::kSum);
-  if (comm.rank() == 0) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
-  } else {
-    EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  if (comm.rank() != 0) {
     EXPECT_THAT(s.message(), HasSubstr("rank 0 rejected this call"));
   }
+  // Every rank abandoned the call: the communicator is still usable.
+  std::vector<float> v(8, 1.0f);
+  const Status next = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+  ASSERT_TRUE(next.ok()) << next;
+  EXPECT_EQ(v, std::vector<float>(8, static_cast<float>(comm.size())));
 }
 
 TEST(MpiFailure, CallRejectedByEveryRankLeavesTheCommunicatorUsable) {
@@ -275,8 +278,9 @@ TEST(MpiFailure, RanksThatDisagreeOnTheCallFailTheGroup) {
   Communicator comm = MustCreate(MPI_COMM_WORLD);
   std::vector<int32_t> v(comm.rank() == 0 ? 8 : 16, 1);
   const Status s = comm.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
   EXPECT_THAT(s.message(), HasSubstr("ranks disagree on the call"));
+  EXPECT_EQ(comm.health().code(), StatusCode::kFailedPrecondition);
 }
 
 TEST(MpiFailure, RankThatNeverCallsMeansADeadline) {

@@ -6,12 +6,15 @@
 // combination and compared bytewise. Used by the thread (collective_test) and process
 // (shm_test) suites.
 //
-// CHORUS_TEST_SCALE=small (the sanitizer builds) shrinks the largest count and walks a subset
-// of dtypes and ops that still covers every element size and both kernel shapes (plain and
-// finishing): the sanitizers look for memory and threading errors, and the full arithmetic
-// matrix runs in the normal build and in reduce_test.
+// The long cases (the big count, tiny segments on 7 and 8 ranks) walk a subset of dtypes and
+// ops that still covers every element size and both kernel shapes (plain and finishing); every
+// dtype and op runs at every p in the other counts, and the whole arithmetic in reduce_test.
+// CHORUS_TEST_SCALE=small (the sanitizer builds) shrinks the largest count and walks that
+// subset in every case: the sanitizers look for memory and threading errors.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -20,6 +23,8 @@
 
 #include "algo/select.h"
 #include "chorus/chorus.h"
+#include "core/collectives.h"
+#include "support/group.h"
 #include "support/pattern.h"
 
 namespace chorus::testing {
@@ -43,7 +48,8 @@ struct MatrixParam {
   std::string algorithm;
 };
 
-// Count per rank block for reduce-scatter / all-gather, total for all-reduce.
+// The block n of the count relation (core/collectives.h): the per-rank block where a buffer
+// holds p of them, the whole buffer where both hold one.
 inline size_t CountOf(const MatrixParam& m) {
   switch (m.count_case) {
     case CountCase::kZero:
@@ -57,35 +63,56 @@ inline size_t CountOf(const MatrixParam& m) {
     case CountCase::kThousand:
     case CountCase::kTinySegments:
       return 1000;
-    case CountCase::kBig:
-      return m.kind == CollectiveKind::kAllReduce
-                 ? BigCount()
-                 : (BigCount() + static_cast<size_t>(m.ranks) - 1) / static_cast<size_t>(m.ranks);
+    case CountCase::kBig: {  // a total of about BigCount()
+      const internal::Counts counts = internal::Collective(m.kind).counts;
+      const size_t blocks = std::max({internal::SendBlocks(counts, m.ranks),
+                                      internal::RecvBlocks(counts, m.ranks), size_t{1}});
+      return (BigCount() + blocks - 1) / blocks;
+    }
   }
   return 0;
+}
+
+// The root of a rooted case: it moves with the count case, so that over a case's counts the
+// root is the first rank, the last and ones in the middle.
+inline int RootOf(const MatrixParam& m) {
+  if (!internal::Collective(m.kind).rooted) return 0;
+  static constexpr int kRoots[] = {0, -1, 1, -2, 2, -1, 0};  // negative: from the end
+  const int pick = kRoots[static_cast<int>(m.count_case)];
+  return ((pick % m.ranks) + m.ranks) % m.ranks;
 }
 
 inline std::string MatrixName(const MatrixParam& m) {
   static const char* kCounts[] = {"zero",     "one",          "seven", "eight",
                                   "thousand", "tinysegments", "big"};
-  return std::string(CollectiveKindName(m.kind)) + "_" + m.algorithm + "_p" +
-         std::to_string(m.ranks) + "_" + kCounts[static_cast<int>(m.count_case)];
+  std::string name = std::string(CollectiveKindName(m.kind)) + "_" + m.algorithm + "_p" +
+                     std::to_string(m.ranks) + "_" + kCounts[static_cast<int>(m.count_case)];
+  if (internal::Collective(m.kind).rooted) name += "_root" + std::to_string(RootOf(m));
+  return name;
 }
 
 // Lets GoogleTest print a case by its name instead of its bytes.
 inline void PrintTo(const MatrixParam& m, std::ostream* os) { *os << MatrixName(m); }
 
+// Every algorithm of every collective at each rank count and count case (a barrier has no
+// counts: one case).
 inline std::vector<MatrixParam> MatrixParams(const std::vector<int>& ranks) {
   std::vector<MatrixParam> params;
   for (const internal::AlgorithmInfo& algorithm : internal::Algorithms()) {
+    const bool counted = internal::Collective(algorithm.kind).counts != internal::Counts::kNone;
     for (int p : ranks) {
-      for (int c = 0; c < kNumCountCases; ++c) {
+      for (int c = 0; c < (counted ? kNumCountCases : 1); ++c) {
         params.push_back(
             {algorithm.kind, p, static_cast<CountCase>(c), std::string(algorithm.name)});
       }
     }
   }
   return params;
+}
+
+inline Status CallCollective(Communicator& comm, const internal::CallArgs& call,
+                             const CallOptions& options) {
+  return internal::RunCollective(comm, call, options);
 }
 
 // `n` elements of rank r's input starting at global element `offset`, in dtype t.
@@ -126,75 +153,228 @@ inline std::string Compare(DataType t, const void* got, const void* want, size_t
   return "";
 }
 
+// Scratch buffers for CheckedCall, large enough for `elements` of any dtype.
+struct CallBuffers {
+  explicit CallBuffers(size_t elements)
+      : bytes((elements + 1) * 8), send(bytes), recv(bytes), want(bytes), input(bytes) {}
+  size_t bytes;
+  std::vector<std::byte> send, recv, want, input;
+};
+
+// The total buffer of a call of `kind` on p ranks with count n (CountOf's meaning).
+inline size_t TotalOf(CollectiveKind kind, size_t n, int p) {
+  return internal::CountsFor(internal::Collective(kind), n, p).total;
+}
+
+// Elements a CallBuffers needs for a case of `kind` with block n (a v-collective's blocks
+// hold up to n + 4, VariedCount).
+inline size_t BufferElementsOf(CollectiveKind kind, size_t n, int p) {
+  return TotalOf(kind, internal::Collective(kind).varied ? n + 4 : n, p);
+}
+
+struct CheckedResult {
+  Status status;
+  std::string diff;  // "" when the result is exact
+};
+
+// What a moved block holds: block `block` of rank `rank`'s send, n elements. Values depend on
+// the rank, the block and the position (and repeat only every 97 elements), so a block from
+// the wrong rank or place shows; they are small integers, exact in every dtype.
+inline void FillMoved(DataType t, int rank, int block, size_t n, void* out) {
+  const int64_t shift = IsUnsigned(t) ? 0 : 48;
+  for (size_t i = 0; i < n; ++i) {
+    const auto v = static_cast<int64_t>(
+        (static_cast<size_t>(rank) * 37 + static_cast<size_t>(block) * 11 + i) % 97);
+    Store(t, out, i, static_cast<double>(v - shift));
+  }
+}
+
+// The block lengths of a v-collective's case with block n: rank `from`'s block for rank `to`
+// (all-to-all-v), or rank q's block with from = to = q. Uneven, with zeros at every third pair;
+// all zero when n is. At most n + 4.
+inline size_t VariedCount(size_t n, int from, int to) {
+  if (n == 0 || (from + 2 * to) % 3 == 1) return 0;
+  return n + static_cast<size_t>((from + 3 * to) % 5);
+}
+
+// The lengths of the blocks of one rank's send and recv in a case with block n: n each, or a
+// v-collective's VariedCount. A rooted v-collective's ranks all see the root's lengths (the
+// others pass them too, and they are ignored).
+struct CaseLayout {
+  std::vector<size_t> send;  // one entry per block
+  std::vector<size_t> recv;
+  size_t send_count() const { return Sum(send); }
+  size_t recv_count() const { return Sum(recv); }
+  static size_t Sum(const std::vector<size_t>& v) {
+    size_t s = 0;
+    for (size_t x : v) s += x;
+    return s;
+  }
+  static size_t Offset(const std::vector<size_t>& v, size_t j) {
+    size_t s = 0;
+    for (size_t i = 0; i < j; ++i) s += v[i];
+    return s;
+  }
+};
+
+inline CaseLayout LayoutOf(const internal::CollectiveInfo& c, size_t n, int p, int r) {
+  CaseLayout layout;
+  if (!c.varied) {
+    layout.send.assign(internal::SendBlocks(c.counts, p), n);
+    layout.recv.assign(internal::RecvBlocks(c.counts, p), n);
+    return layout;
+  }
+  const bool both = c.counts == internal::Counts::kBothAreP;
+  const bool send_per_rank = internal::SendIsPerRank(c.counts);
+  const bool recv_per_rank = internal::RecvIsPerRank(c.counts);
+  for (int q = 0; q < p; ++q) {
+    if (send_per_rank) layout.send.push_back(both ? VariedCount(n, r, q) : VariedCount(n, q, q));
+    if (recv_per_rank) layout.recv.push_back(both ? VariedCount(n, q, r) : VariedCount(n, q, q));
+  }
+  if (!send_per_rank) layout.send.push_back(VariedCount(n, r, r));
+  if (!recv_per_rank) layout.recv.push_back(VariedCount(n, r, r));
+  return layout;
+}
+
+// Whether a collective has an in-place form (all-to-all-v has none).
+inline bool HasInPlace(const internal::CollectiveInfo& c) {
+  return c.counts != internal::Counts::kNone && !c.in_place.empty();
+}
+
+// One call of `kind` with block n on this rank of p, with inputs whose result is known
+// exactly; checks what the collective's row (core/collectives.h) says each rank ends with, and
+// that an input the call must not change did not change.
+inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataType t, ReduceOp op,
+                                 size_t n, int root, bool in_place, const CallOptions& options,
+                                 CallBuffers& b) {
+  using internal::Outcome;
+  const internal::CollectiveInfo& c = internal::Collective(kind);
+  const int p = comm.size();
+  const int r = comm.rank();
+  const bool is_root = r == root;
+  const CaseLayout layout = LayoutOf(c, n, p, r);
+  const size_t send_count = layout.send_count();
+  const size_t recv_count = layout.recv_count();
+  const size_t elem = DataTypeSize(t);
+  // The buffers: in place, the small one is this rank's block of the large one.
+  std::memset(b.send.data(), 0x5A, b.bytes);
+  std::memset(b.recv.data(), 0xA5, b.bytes);
+  std::byte* in = b.send.data();
+  std::byte* out = b.recv.data();
+  if (in_place) {
+    if (send_count < recv_count || layout.recv.size() > layout.send.size()) {
+      in = b.recv.data() + CaseLayout::Offset(layout.recv, static_cast<size_t>(r)) * elem;
+    } else if (layout.send.size() > layout.recv.size()) {
+      out = b.send.data() + CaseLayout::Offset(layout.send, static_cast<size_t>(r)) * elem;
+    } else {
+      out = b.send.data();
+    }
+  }
+  // Inputs: rank r's values; for the collectives that move data, each block of the send tells
+  // its rank and block apart.
+  if (c.outcome == Outcome::kMoved) {
+    for (size_t j = 0; j < layout.send.size(); ++j) {
+      FillMoved(t, r, static_cast<int>(j), layout.send[j],
+                in + CaseLayout::Offset(layout.send, j) * elem);
+    }
+  } else if (c.outcome != Outcome::kNothing) {
+    FillInput(t, op, r, 0, send_count, in);
+  }
+  std::memcpy(b.input.data(), in, send_count * elem);
+  internal::CallArgs args{kind, {in, send_count, t}, {out, recv_count, t}, op, root, {}, {}};
+  if (c.varied) {
+    if (internal::SendIsPerRank(c.counts)) args.send_counts = layout.send;
+    if (internal::RecvIsPerRank(c.counts)) args.recv_counts = layout.recv;
+  }
+  CheckedResult result{CallCollective(comm, args, options), ""};
+  if (!result.status.ok()) return result;
+  std::string& diff = result.diff;
+  void* want = b.want.data();
+  const bool writes_recv = !c.recv_only_at_root || is_root;
+  switch (c.outcome) {
+    case Outcome::kCombined:
+      FillExpected(t, op, p, 0, n, want);
+      diff = Compare(t, out, want, n);
+      break;
+    case Outcome::kCombinedBlock: {
+      const size_t at = CaseLayout::Offset(layout.send, static_cast<size_t>(r));
+      FillExpected(t, op, p, at, recv_count, want);
+      diff = Compare(t, out, want, recv_count);
+      break;
+    }
+    case Outcome::kCombinedAtRoot:
+      if (is_root) {
+        FillExpected(t, op, p, 0, n, want);
+        diff = Compare(t, out, want, n);
+      }
+      break;
+    case Outcome::kMoved:
+      for (size_t j = 0; j < layout.recv.size() && writes_recv && diff.empty(); ++j) {
+        const internal::BlockSource from = c.source(r, static_cast<int>(j), root);
+        FillMoved(t, from.rank, from.block, layout.recv[j], want);
+        diff = Compare(t, out + CaseLayout::Offset(layout.recv, j) * elem, want, layout.recv[j]);
+        if (!diff.empty()) diff = "block " + std::to_string(j) + ": " + diff;
+      }
+      break;
+    case Outcome::kNothing:
+      break;
+  }
+  // A rank whose recv the call does not write (out of place: in place it is the input).
+  if (!writes_recv && !in_place) {
+    std::memset(want, 0xA5, recv_count * elem);
+    diff = Compare(t, out, want, recv_count);
+    if (!diff.empty()) diff = "a non-root rank's recv was written: " + diff;
+  }
+  // What the call only reads stays as it was: out of place the input; in place too where this
+  // rank's buffer is not an output (a non-root rank of reduce and gather).
+  const bool ignores_send = c.send_only_at_root && !is_root;
+  const bool reads_only =
+      c.outcome != Outcome::kNothing && !ignores_send && (!in_place || !writes_recv);
+  if (diff.empty() && reads_only) {
+    diff = Compare(t, in, b.input.data(), send_count);
+    if (!diff.empty()) diff = "the input changed: " + diff;
+  }
+  return result;
+}
+
 // Runs case `m` on this rank; returns one line per problem (empty when all is well).
 inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixParam& m) {
+  const internal::CollectiveInfo& c = internal::Collective(m.kind);
   std::vector<std::string> errors;
-  const int p = m.ranks;
-  const int r = comm.rank();
   const size_t n = CountOf(m);
-  const size_t total = m.kind == CollectiveKind::kAllReduce ? n : n * static_cast<size_t>(p);
   CallOptions call;
   call.algorithm = m.algorithm;
   if (m.count_case == CountCase::kTinySegments) call.segment_bytes = 24;
-
-  const size_t max_bytes = (total + 1) * 8;
-  std::vector<std::byte> send(max_bytes), recv(max_bytes), want(max_bytes), input(max_bytes);
-  const bool small = SmallScale();
-  for (int d = 0; d < kNumDataTypes; ++d) {
+  CallBuffers buffers(BufferElementsOf(m.kind, n, m.ranks));
+  // The representative dtypes and ops (every element size, plain and finishing kernels) where a
+  // call is long: the big count everywhere, tiny segments from 7 ranks on, every case in the
+  // sanitizer builds. The other counts walk every dtype and op at every p.
+  const bool small = SmallScale() || m.count_case == CountCase::kBig ||
+                     (m.count_case == CountCase::kTinySegments && m.ranks >= 7);
+  const bool has_data = c.counts != internal::Counts::kNone;
+  for (int d = 0; d < (has_data ? kNumDataTypes : 1); ++d) {
     const auto t = static_cast<DataType>(d);
     if (small && t != DataType::kInt8 && t != DataType::kBFloat16 && t != DataType::kFloat32 &&
         t != DataType::kUint64) {
       continue;
     }
-    const size_t elem = DataTypeSize(t);
-    const int ops = m.kind == CollectiveKind::kAllGather ? 1 : kNumReduceOps;
-    for (int o = 0; o < ops; ++o) {
+    for (int o = 0; o < (c.reduces ? kNumReduceOps : 1); ++o) {
       const auto op = static_cast<ReduceOp>(o);
       if (small && op != ReduceOp::kSum && op != ReduceOp::kAvg) continue;
       for (bool in_place : {false, true}) {
-        const std::string what =
-            std::string(DataTypeName(t)) + " " + std::string(ReduceOpName(op)) +
-            (in_place ? " in-place" : " out-of-place") + " rank " + std::to_string(r);
-        Status s;
-        std::string diff;
-        switch (m.kind) {
-          case CollectiveKind::kAllReduce: {
-            FillInput(t, op, r, 0, n, send.data());
-            std::memcpy(input.data(), send.data(), n * elem);
-            std::memset(recv.data(), 0xA5, n * elem);
-            void* out = in_place ? send.data() : recv.data();
-            s = comm.AllReduce({send.data(), n, t}, {out, n, t}, op, call);
-            FillExpected(t, op, p, 0, n, want.data());
-            diff = Compare(t, out, want.data(), n);
-            if (diff.empty() && !in_place) diff = Compare(t, send.data(), input.data(), n);
-            break;
-          }
-          case CollectiveKind::kReduceScatter: {
-            FillInput(t, op, r, 0, total, send.data());
-            std::byte* out =
-                in_place ? send.data() + static_cast<size_t>(r) * n * elem : recv.data();
-            s = comm.ReduceScatter({send.data(), total, t}, {out, n, t}, op, call);
-            FillExpected(t, op, p, static_cast<size_t>(r) * n, n, want.data());
-            diff = Compare(t, out, want.data(), n);
-            break;
-          }
-          case CollectiveKind::kAllGather: {
-            // Rank q contributes block q of one pattern, so the gathered buffer is that pattern.
-            std::memset(recv.data(), 0xA5, total * elem);
-            std::byte* mine =
-                in_place ? recv.data() + static_cast<size_t>(r) * n * elem : send.data();
-            FillInput(t, ReduceOp::kSum, 0, static_cast<size_t>(r) * n, n, mine);
-            s = comm.AllGather({mine, n, t}, {recv.data(), total, t}, call);
-            FillInput(t, ReduceOp::kSum, 0, 0, total, want.data());
-            diff = Compare(t, recv.data(), want.data(), total);
-            break;
-          }
-        }
-        if (!s.ok()) {
-          errors.push_back(what + ": " + s.ToString());
+        if (in_place && !HasInPlace(c)) continue;
+        // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict) on a chain of + here.
+        std::string what(has_data ? DataTypeName(t) : std::string_view("no data"));
+        if (c.reduces) what.append(" ").append(ReduceOpName(op));
+        what.append(in_place ? " in-place" : " out-of-place");
+        what.append(" rank ").append(std::to_string(comm.rank()));
+        const CheckedResult got =
+            CheckedCall(comm, m.kind, t, op, n, RootOf(m), in_place, call, buffers);
+        if (!got.status.ok()) {
+          errors.push_back(what + ": " + got.status.ToString());
           return errors;  // the group is failed; later calls would only repeat it
         }
-        if (!diff.empty()) errors.push_back(what + ": " + diff);
+        if (!got.diff.empty()) errors.push_back(what + ": " + got.diff);
       }
     }
   }

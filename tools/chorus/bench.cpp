@@ -1,4 +1,4 @@
-// chorus bench: nccl-tests-style timing of all-reduce, reduce-scatter and all-gather over chorus
+// chorus bench: nccl-tests-style timing of every collective over chorus
 // ranks (threads of this process, or processes on this host), with exact result checking and the
 // peer baselines' CSV rows.
 //
@@ -10,8 +10,13 @@
 // CreateLocalGroup). --transport shm re-executes this program as `chorus launch -n N --no-prefix
 // -- chorus bench --rank-worker ...`: each worker process joins the job's communicator from the
 // environment and runs the same per-rank code; the launcher stops the job when a rank fails and
-// its exit status becomes ours. Only rank 0 prints, so both print the same lines (the header
-// names the transport).
+// its exit status becomes ours. --transport tcp works the same way. Under mpirun or srun the
+// processes are already there: each is one rank, and --transport mpi (in builds with
+// chorus::mpi) runs them over MPI_COMM_WORLD through CreateMpiCommunicator:
+//
+//   mpirun -np 4 chorus bench --transport mpi --ops all -c --sizes 64,1M
+//
+// Only rank 0 prints, so every transport prints the same lines (the header names it).
 //
 // Sizes (see bench_config.h) are total buffer bytes as in nccl-tests. The table's count column is
 // per rank like nccl-tests (all-gather: elements sent, reduce-scatter: elements received); the
@@ -36,6 +41,7 @@
 // ranks make no progress well past the deadline, so the benchmark never hangs.
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -52,7 +58,9 @@
 #include "bench_config.h"
 #include "chorus/chorus.h"
 #include "commands.h"
+#include "core/collectives.h"
 #include "rank_group.h"
+#include "tuning_env.h"
 
 namespace chorus::cli {
 namespace {
@@ -146,13 +154,20 @@ class BenchRank {
         rank_(group.rank()),
         ranks_(group.size()),
         elem_(DataTypeSize(cfg.dtype)) {
-    call_.algorithm = cfg.algo;
-    call_.timeout = cfg.timeout;  // a process rank's communicator may have a longer default
+    // --algo applies to the collectives that have it; the others select. Made once: a call
+    // allocates nothing.
+    for (int k = 0; k < kNumCollectiveKinds; ++k) {
+      CallOptions& call = call_[static_cast<size_t>(k)];
+      if (internal::Implements(static_cast<CollectiveKind>(k), cfg.algo)) call.algorithm = cfg.algo;
+      call.timeout = cfg.timeout;  // a process rank's communicator may have a longer default
+    }
     for (BenchOp op : cfg_.ops) {
       sizes_.push_back(MakeSizes(cfg_, op, ranks_));
       patterns_.push_back(MakePatterns(op, cfg_.dtype, cfg_.redop, ranks_));
       for (const SizePoint& s : sizes_.back()) max_elems_ = std::max(max_elems_, s.total);
     }
+    layout_.send.reserve(static_cast<size_t>(ranks_));
+    layout_.recv.reserve(static_cast<size_t>(ranks_));
   }
 
   // Every collective and size in turn; the first failure ends it.
@@ -166,6 +181,7 @@ class BenchRank {
   // One untimed call, with the failure described.
   Status Call(BenchOp op, Placement where, const SizePoint& size);
   Status RunOp(BenchOp op, Placement where, const SizePoint& size);
+  internal::CallArgs Args(BenchOp op, Placement where, const SizePoint& size) const;
   Status Described(const Status& status, BenchOp op, Placement where, const SizePoint& size) const;
   void Prepare(size_t op_index, Placement where, const SizePoint& size);
   uint64_t Verify(size_t op_index, Placement where, const SizePoint& size) const;
@@ -178,10 +194,15 @@ class BenchRank {
   const int rank_;
   const int ranks_;
   const size_t elem_;
-  CallOptions call_;
-  std::vector<std::vector<SizePoint>> sizes_;  // [op index]
-  std::vector<Patterns> patterns_;             // [op index]
+  std::array<CallOptions, kNumCollectiveKinds> call_;  // by collective
+  std::vector<std::vector<SizePoint>> sizes_;          // [op index]
+  std::vector<Patterns> patterns_;                     // [op index]
   size_t max_elems_ = 0;
+  // The current call's block lengths (LayoutAt), made once per size and op, not per call.
+  mutable BlockLayout layout_;
+  mutable const SizePoint* layout_size_ = nullptr;
+  mutable BenchOp layout_op_ = BenchOp::kAllReduce;
+  const BlockLayout& LayoutOf(BenchOp op, const SizePoint& size) const;
   Bytes send_;
   Bytes recv_;
 
@@ -192,6 +213,10 @@ class BenchRank {
 };
 
 Status BenchRank::Run() {
+  if (cfg_.root >= ranks_) {
+    return InvalidArgument("--root " + std::to_string(cfg_.root) + " is not a rank of the " +
+                           std::to_string(ranks_) + "-rank job");
+  }
   CHORUS_RETURN_IF_ERROR(Allocate());
   CHORUS_RETURN_IF_ERROR(group_.Barrier());
   if (rank_ == 0 && cfg_.csv && cfg_.csv_header) {
@@ -236,7 +261,8 @@ Status BenchRank::BenchSize(size_t op_index, const SizePoint& size) {
       CHORUS_RETURN_IF_ERROR(group_.SumOverRanks(std::span<uint64_t>(&wrong, 1)));
       row.wrong[slot] = wrong;
     }
-    // --csv reports out-of-place only (as the peers do), so in-place is not timed there.
+    // --csv reports out-of-place only (as the peers do), so in-place is not timed there; a
+    // collective without an in-place form (all-to-all-v) times its one form twice.
     if (cfg_.csv && where == Placement::kInPlace) continue;
 
     Prepare(op_index, where, size);
@@ -286,76 +312,108 @@ Status BenchRank::Described(const Status& status, BenchOp op, Placement where,
                              std::string(PlacementName(where)) + ": " + status.ToString()};
 }
 
-Status BenchRank::RunOp(BenchOp op, Placement where, const SizePoint& size) {
-  Communicator& comm = group_.comm();
+const BlockLayout& BenchRank::LayoutOf(BenchOp op, const SizePoint& size) const {
+  if (layout_size_ != &size || layout_op_ != op) {
+    LayoutAt(op, size, ranks_, rank_, &layout_);
+    layout_size_ = &size;
+    layout_op_ = op;
+  }
+  return layout_;
+}
+
+// The call's buffers, as the collective's count relation (core/collectives.h) has them: out of
+// place send_ and recv_; in place recv_, where a smaller buffer is this rank's block of it.
+internal::CallArgs BenchRank::Args(BenchOp op, Placement where, const SizePoint& size) const {
   const DataType dt = cfg_.dtype;
-  const bool in_place = where == Placement::kInPlace;
+  const internal::CollectiveInfo& c = internal::Collective(op);
+  internal::CallArgs args{op, {}, {}, cfg_.redop, cfg_.root, {}, {}};
+  if (c.counts == internal::Counts::kNone) return args;
+  const BlockLayout& layout = LayoutOf(op, size);
+  const size_t send_count = OffsetOf(layout.send, layout.send.size());
+  const size_t recv_count = OffsetOf(layout.recv, layout.recv.size());
   uint8_t* send = send_.get();
   uint8_t* recv = recv_.get();
-  uint8_t* own = recv + static_cast<size_t>(rank_) * size.block * elem_;  // in-place block
-  switch (op) {
-    case BenchOp::kAllReduce: {
-      const MutableBuffer out{recv, size.total, dt};
-      if (in_place) return comm.AllReduce(out, out, cfg_.redop, call_);
-      return comm.AllReduce(ConstBuffer{send, size.total, dt}, out, cfg_.redop, call_);
-    }
-    case BenchOp::kReduceScatter:
-      if (in_place) {
-        return comm.ReduceScatter(ConstBuffer{recv, size.total, dt},
-                                  MutableBuffer{own, size.block, dt}, cfg_.redop, call_);
+  if (where == Placement::kInPlace && !c.in_place.empty()) {
+    if (layout.send.size() == layout.recv.size()) {
+      send = recv;  // one buffer for both
+    } else {
+      // The in-place block: this rank's of the buffer with more blocks.
+      const bool recv_large = layout.recv.size() > layout.send.size();
+      const std::vector<size_t>& large = recv_large ? layout.recv : layout.send;
+      uint8_t* own = recv + OffsetOf(large, static_cast<size_t>(rank_)) * elem_;
+      if (recv_large) {
+        send = own;  // the block, inside the receive buffer
+      } else {
+        send = recv;  // the whole buffer is the send; the block inside it receives
+        recv = own;
       }
-      return comm.ReduceScatter(ConstBuffer{send, size.total, dt},
-                                MutableBuffer{recv, size.block, dt}, cfg_.redop, call_);
-    case BenchOp::kAllGather:
-      return comm.AllGather(ConstBuffer{in_place ? own : send, size.block, dt},
-                            MutableBuffer{recv, size.total, dt}, call_);
+    }
   }
-  return Internal("bench: unknown collective");
+  args.send = {send, send_count, dt};
+  args.recv = {recv, recv_count, dt};
+  if (c.varied) {
+    if (internal::SendIsPerRank(c.counts)) args.send_counts = layout.send;
+    if (internal::RecvIsPerRank(c.counts)) args.recv_counts = layout.recv;
+  }
+  return args;
+}
+
+Status BenchRank::RunOp(BenchOp op, Placement where, const SizePoint& size) {
+  return internal::RunCollective(group_.comm(), Args(op, where, size),
+                                 call_[static_cast<size_t>(op)]);
 }
 
 void BenchRank::Prepare(size_t op_index, Placement where, const SizePoint& size) {
+  using internal::Outcome;
   const BenchOp op = cfg_.ops[op_index];
-  const uint8_t* in = patterns_[op_index].input[static_cast<size_t>(rank_)].data();
-  const bool in_place = where == Placement::kInPlace;
-  uint8_t* send = send_.get();
-  uint8_t* recv = recv_.get();
-  switch (op) {
-    case BenchOp::kAllReduce:
-    case BenchOp::kReduceScatter:
-      FillPattern(in_place ? recv : send, size.total, elem_, in, 0);
-      if (!in_place) {
-        const size_t out = op == BenchOp::kAllReduce ? size.total : size.block;
-        std::memset(recv, 0xFF, out * elem_);
-      }
-      break;
-    case BenchOp::kAllGather:
-      std::memset(recv, 0xFF, size.total * elem_);
-      FillPattern(in_place ? recv + static_cast<size_t>(rank_) * size.block * elem_ : send,
-                  size.block, elem_, in, 0);
-      break;
+  const internal::CollectiveInfo& c = internal::Collective(op);
+  if (c.outcome == Outcome::kNothing) return;
+  const uint8_t* pattern = patterns_[op_index].input[static_cast<size_t>(rank_)].data();
+  const internal::CallArgs args = Args(op, where, size);
+  auto* in = static_cast<uint8_t*>(const_cast<void*>(args.send.data));
+  // Moved data starts from all 0xFF, so that a block nobody wrote shows.
+  if (where == Placement::kOutOfPlace || c.outcome == Outcome::kMoved) {
+    std::memset(recv_.get(), 0xFF, std::max(args.recv.count, size.total) * elem_);
   }
+  // Every block of the send is the rank's pattern from the block's own offset.
+  FillPattern(in, args.send.count, elem_, pattern, 0);
 }
 
 uint64_t BenchRank::Verify(size_t op_index, Placement where, const SizePoint& size) const {
+  using internal::Outcome;
+  const BenchOp op = cfg_.ops[op_index];
+  const internal::CollectiveInfo& c = internal::Collective(op);
   const Patterns& pat = patterns_[op_index];
-  const uint8_t* recv = recv_.get();
-  const size_t own_offset = static_cast<size_t>(rank_) * size.block;
-  switch (cfg_.ops[op_index]) {
-    case BenchOp::kAllReduce:
-      return CountMismatches(recv, size.total, elem_, pat.expected.data(), 0);
-    case BenchOp::kReduceScatter: {
-      // Rank r holds elements [r*block, (r+1)*block) of the reduced input.
-      const uint8_t* out = where == Placement::kInPlace ? recv + own_offset * elem_ : recv;
-      return CountMismatches(out, size.block, elem_, pat.expected.data(), own_offset % kPeriod);
+  const internal::CallArgs args = Args(op, where, size);
+  const auto* out = static_cast<const uint8_t*>(args.recv.data);
+  const bool writes_recv = !c.recv_only_at_root || rank_ == cfg_.root;
+  switch (c.outcome) {
+    case Outcome::kCombined:
+      return CountMismatches(out, size.total, elem_, pat.expected.data(), 0);
+    case Outcome::kCombinedBlock: {  // rank r holds block r of the send's blocks
+      const BlockLayout& layout = LayoutOf(op, size);
+      return CountMismatches(out, layout.recv[0], elem_, pat.expected.data(),
+                             OffsetOf(layout.send, static_cast<size_t>(rank_)) % kPeriod);
     }
-    case BenchOp::kAllGather: {
+    case Outcome::kCombinedAtRoot:
+      return writes_recv ? CountMismatches(out, size.total, elem_, pat.expected.data(), 0) : 0;
+    case Outcome::kMoved: {
+      if (!writes_recv) return 0;
+      const std::vector<size_t> recv = LayoutOf(op, size).recv;  // the sender's replaces it
       uint64_t wrong = 0;
-      for (int s = 0; s < ranks_; ++s) {
-        wrong += CountMismatches(recv + static_cast<size_t>(s) * size.block * elem_, size.block,
-                                 elem_, pat.input[static_cast<size_t>(s)].data(), 0);
+      for (size_t j = 0; j < recv.size(); ++j) {
+        const internal::BlockSource from = c.source(rank_, static_cast<int>(j), cfg_.root);
+        // Where the block starts in the sender's send, which it filled from offset 0.
+        LayoutAt(op, size, ranks_, from.rank, &layout_);
+        layout_size_ = nullptr;
+        const size_t phase = OffsetOf(layout_.send, static_cast<size_t>(from.block));
+        wrong += CountMismatches(out + OffsetOf(recv, j) * elem_, recv[j], elem_,
+                                 pat.input[static_cast<size_t>(from.rank)].data(), phase);
       }
       return wrong;
     }
+    case Outcome::kNothing:
+      break;
   }
   return 0;
 }
@@ -363,7 +421,7 @@ uint64_t BenchRank::Verify(size_t op_index, Placement where, const SizePoint& si
 // ------------------------------------------------------------------------------ rank 0's output
 
 void BenchRank::PrintTableHeader(BenchOp op) const {
-  const bool reduces = op != BenchOp::kAllGather;
+  const bool reduces = internal::Collective(op).reduces;
   const std::string algo = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
   std::printf("# chorus bench: op %s  ranks %d  dtype %s  redop %s  transport %s%s\n",
               std::string(BenchOpName(op)).c_str(), ranks_,
@@ -417,7 +475,7 @@ void BenchRank::Report(BenchOp op, const Row& row) {
     std::fflush(stdout);
     return;
   }
-  const bool reduces = op != BenchOp::kAllGather;
+  const bool reduces = internal::Collective(op).reduces;
   std::string line(256, '\0');
   int len =
       std::snprintf(line.data(), line.size(), "%12zu  %12zu  %8s  %6s", row.size.total * elem_,
@@ -460,6 +518,7 @@ CommOptions BenchCommOptions(const BenchConfig& cfg, TransportKind transport) {
   options.timeout = cfg.timeout;
   options.transport = transport;
   if (cfg.segment_bytes > 0) options.segment_bytes = cfg.segment_bytes;
+  options.tuning_file = TuningFileFromEnvironment();
   return options;
 }
 
@@ -484,11 +543,19 @@ int RunBenchRanks(const BenchConfig& cfg) {
     if (group.rank() == 0) wrong = rank.total_wrong();
     return status;
   };
-  const Status status =
-      cfg.transport == TransportKind::kThread
-          ? RunThreadRanks(cfg.ranks, BenchCommOptions(cfg, TransportKind::kThread), body,
-                           BenchWatch(cfg))
-          : RunProcessRank(BenchCommOptions(cfg, cfg.transport), body, BenchWatch(cfg));
+  Status status;
+  switch (cfg.transport) {
+    case TransportKind::kThread:
+      status = RunThreadRanks(cfg.ranks, BenchCommOptions(cfg, TransportKind::kThread), body,
+                              BenchWatch(cfg));
+      break;
+    case TransportKind::kMpi:
+      status = RunMpiRank(BenchCommOptions(cfg, TransportKind::kMpi), body, BenchWatch(cfg));
+      break;
+    default:
+      status = RunProcessRank(BenchCommOptions(cfg, cfg.transport), body, BenchWatch(cfg));
+      break;
+  }
   if (!status.ok()) return FailureExit(status);
   return wrong > 0 ? kExitWrong : 0;
 }
@@ -520,18 +587,19 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* sub = app.add_subcommand(
       "bench",
-      "nccl-tests-style benchmark of all-reduce, reduce-scatter and all-gather over thread or "
-      "process ranks");
+      "nccl-tests-style benchmark of every collective over thread or process ranks");
   sub->add_option("--op", flags->op,
-                  "collective: allreduce, reducescatter or allgather (also all_reduce, ...)")
+                  "collective: " + BenchOpNames() + " (also all_reduce, bcast, ...)")
       ->capture_default_str();
   sub->add_option("--ops", flags->ops,
                   "comma-separated collectives run one after another, or 'all' (overrides --op)");
   sub->add_option("-t,--transport", flags->transport,
                   "thread: ranks are threads of this process; shm: ranks are processes on this "
-                  "host (started through chorus launch); tcp: processes over TCP on loopback")
+                  "host (started through chorus launch); tcp: processes over TCP on loopback; "
+                  "mpi: under mpirun, each process one rank over MPI (builds with chorus::mpi)")
       ->capture_default_str();
-  sub->add_option("-n,--ranks", flags->ranks, "ranks (threads or processes)")
+  sub->add_option("-n,--ranks", flags->ranks,
+                  "ranks (threads or processes); under mpirun or srun, the job's size instead")
       ->capture_default_str();
   sub->add_option("-b,--minbytes", flags->min_bytes,
                   "smallest total buffer size in bytes; K, M, G are powers of 1024")
@@ -561,6 +629,10 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                 "busbw_GBs (out-of-place; count and bytes of the total buffer)");
   sub->add_flag("--header", flags->csv_header, "with --csv, print the CSV header line first");
   sub->add_option("--lib", flags->lib, "the CSV lib column")->capture_default_str();
+  sub->add_option("--root", flags->root,
+                  "the root rank of the rooted collectives (broadcast, reduce, gather, scatter "
+                  "and their v forms)")
+      ->capture_default_str();
   sub->add_option("--timeout-ms", flags->timeout_ms, "deadline of every collective call")
       ->capture_default_str();
   sub->add_option("--segment-bytes", flags->segment_bytes,
@@ -574,8 +646,9 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   // Internal: set by the parent for each process it starts through chorus launch.
   sub->add_flag("--rank-worker", flags->rank_worker, "")->group("");
   sub->footer(
-      "Time = median over iterations of the slowest rank's time; GB = 1e9; busbw = algbw x "
-      "2(p-1)/p for allreduce, (p-1)/p otherwise.\nExit status: 0 ok, 1 wrong results, 2 bad "
+      "Time = median over iterations of the slowest rank's time; GB = 1e9; busbw = algbw x the "
+      "nccl-tests factor: 2(p-1)/p for allreduce, 1 for broadcast and reduce, (p-1)/p for the "
+      "others.\nExit status: 0 ok, 1 wrong results, 2 bad "
       "arguments, 3 a chorus call failed, 4 ranks hung; with --transport shm, that of the first "
       "rank to fail (128 + signal for a killed rank), as chorus launch reports it.");
   sub->callback([flags, &exit_code] {
@@ -587,6 +660,14 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
     Result<BenchConfig> cfg = MakeConfig(*flags);
     if (!cfg.ok()) {
       std::fprintf(stderr, "chorus bench: %s\n", cfg.status().message().c_str());
+      exit_code = kExitUsage;
+      return;
+    }
+    if (cfg->transport == TransportKind::kMpi && !StartedByForeignLauncher()) {
+      // chorus launch could start the processes, but each would then be an MPI job of its own.
+      std::fprintf(stderr,
+                   "chorus bench: --transport mpi runs as the ranks of an MPI job: start it with "
+                   "mpirun -np N chorus bench --transport mpi ... (or srun)\n");
       exit_code = kExitUsage;
       return;
     }

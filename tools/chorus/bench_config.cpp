@@ -5,48 +5,34 @@
 #include <cctype>
 
 #include "algo/select.h"
+#include "core/collectives.h"
 #include "rank_group.h"
 
 namespace chorus::cli {
 
-std::string_view BenchOpName(BenchOp op) {
-  switch (op) {
-    case BenchOp::kAllReduce:
-      return "allreduce";
-    case BenchOp::kReduceScatter:
-      return "reduce_scatter";
-    case BenchOp::kAllGather:
-      return "allgather";
-  }
-  return "unknown";
-}
-
-CollectiveKind KindOf(BenchOp op) {
-  switch (op) {
-    case BenchOp::kAllReduce:
-      return CollectiveKind::kAllReduce;
-    case BenchOp::kReduceScatter:
-      return CollectiveKind::kReduceScatter;
-    case BenchOp::kAllGather:
-      break;
-  }
-  return CollectiveKind::kAllGather;
-}
+std::string_view BenchOpName(BenchOp op) { return internal::Collective(op).csv_name; }
 
 std::optional<BenchOp> ParseBenchOp(std::string_view name) {
-  std::string key;
-  for (char c : name) {
-    if (c != '_' && c != '-') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return internal::FindCollective(name);
+}
+
+std::vector<BenchOp> AllBenchOps() {
+  std::vector<BenchOp> ops;
+  for (const internal::CollectiveInfo& c : internal::Collectives()) ops.push_back(c.kind);
+  return ops;
+}
+
+std::string BenchOpNames() {
+  std::string names;
+  for (const internal::CollectiveInfo& c : internal::Collectives()) {
+    if (!names.empty()) names += ", ";
+    names += c.name;
   }
-  if (key == "allreduce") return BenchOp::kAllReduce;
-  if (key == "reducescatter") return BenchOp::kReduceScatter;
-  if (key == "allgather") return BenchOp::kAllGather;
-  return std::nullopt;
+  return names;
 }
 
 double BusFactor(BenchOp op, int ranks) {
-  const double p = ranks;
-  return op == BenchOp::kAllReduce ? 2.0 * (p - 1) / p : (p - 1) / p;
+  return ranks <= 1 ? 0.0 : internal::Collective(op).bus_factor(ranks);
 }
 
 std::optional<size_t> ParseBytes(std::string_view text) {
@@ -101,13 +87,17 @@ Status ForEachItem(std::string_view list, Fn each) {
 Status ParseOpList(std::string_view list, std::vector<BenchOp>& ops) {
   CHORUS_RETURN_IF_ERROR(ForEachItem(list, [&ops](std::string_view name) {
     if (name == "all") {
-      ops.insert(ops.end(), {BenchOp::kAllReduce, BenchOp::kReduceScatter, BenchOp::kAllGather});
+      const std::vector<BenchOp> all = AllBenchOps();
+      ops.insert(ops.end(), all.begin(), all.end());
       return Status::Ok();
     }
     const std::optional<BenchOp> op = ParseBenchOp(name);
     if (!op) {
-      return InvalidArgument("unknown collective '" + std::string(name) +
-                             "' (allreduce, reducescatter, allgather, all)");
+      std::string known;
+      for (const internal::CollectiveInfo& c : internal::Collectives()) {
+        known += std::string(c.name) + ", ";
+      }
+      return InvalidArgument("unknown collective '" + std::string(name) + "' (" + known + "all)");
     }
     ops.push_back(*op);
     return Status::Ok();
@@ -125,23 +115,21 @@ Result<size_t> ParseBytesFlag(std::string_view flag, std::string_view text) {
   return *bytes;
 }
 
-// --algo must name an algorithm of every collective the run times.
+// --algo applies to the collectives of the run that have an algorithm of that name (as
+// CommOptions::algorithm does); it must name one of at least one of them.
 Status CheckAlgorithm(const std::string& algo, const std::vector<BenchOp>& ops) {
   if (algo.empty()) return Status::Ok();
+  std::string names;
   for (BenchOp op : ops) {
-    std::string names;
-    bool found = false;
+    if (internal::Implements(op, algo)) return Status::Ok();
     for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
-      if (info.kind != KindOf(op)) continue;
-      found = found || info.name == algo;
-      names += (names.empty() ? "" : ", ") + std::string(info.name);
-    }
-    if (!found) {
-      return InvalidArgument("--algo " + algo + ": no such algorithm for " +
-                             std::string(BenchOpName(op)) + " (" + names + "; see --list-algos)");
+      if (info.kind == op) names += (names.empty() ? "" : ", ") + std::string(info.name);
     }
   }
-  return Status::Ok();
+  return InvalidArgument(
+      "--algo " + algo + ": no such algorithm for " +
+      (ops.size() == 1 ? std::string(BenchOpName(ops[0])) : "these collectives") + " (" + names +
+      "; see --list-algos)");
 }
 
 }  // namespace
@@ -149,11 +137,21 @@ Status CheckAlgorithm(const std::string& algo, const std::vector<BenchOp>& ops) 
 Result<BenchConfig> MakeConfig(const BenchFlags& f) {
   BenchConfig cfg;
   CHORUS_RETURN_IF_ERROR(ParseOpList(f.ops.empty() ? f.op : f.ops, cfg.ops));
-  const std::optional<TransportKind> transport = ParseCliTransport(f.transport);
-  if (!transport) {
-    return InvalidArgument("--transport must be thread, shm or tcp, got '" + f.transport + "'");
+  if (f.transport == "mpi") {
+    if (!CliHasMpi()) {
+      return InvalidArgument(
+          "--transport mpi is not available in this build: the CLI is linked with chorus::mpi "
+          "only when CMake finds an MPI (Debian: libopenmpi-dev), and not in sanitizer builds");
+    }
+    cfg.transport = TransportKind::kMpi;
+  } else {
+    const std::optional<TransportKind> transport = ParseCliTransport(f.transport);
+    if (!transport) {
+      return InvalidArgument("--transport must be thread, shm, tcp or mpi, got '" + f.transport +
+                             "'");
+    }
+    cfg.transport = *transport;
   }
-  cfg.transport = *transport;
   if (f.ranks < 1) return InvalidArgument("--ranks must be >= 1, got " + std::to_string(f.ranks));
   cfg.ranks = f.ranks;
 
@@ -227,6 +225,11 @@ Result<BenchConfig> MakeConfig(const BenchFlags& f) {
   }
   CHORUS_RETURN_IF_ERROR(CheckAlgorithm(f.algo, cfg.ops));
   cfg.algo = f.algo;
+  if (f.root < 0 || (!f.rank_worker && f.transport != "mpi" && f.root >= f.ranks)) {
+    return InvalidArgument("--root " + std::to_string(f.root) + " is not a rank of the " +
+                           std::to_string(f.ranks) + "-rank job");
+  }
+  cfg.root = f.root;
   return cfg;
 }
 
@@ -246,6 +249,7 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
       "--lib=" + f.lib,
       "--timeout-ms=" + std::to_string(f.timeout_ms),
       "--transport=" + f.transport,
+      "--root=" + std::to_string(f.root),
   };
   const auto optional = [&args](const char* flag, const std::string& value) {
     if (!value.empty()) args.push_back(std::string(flag) + "=" + value);
@@ -264,17 +268,26 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
 
 std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks) {
   const size_t elem = DataTypeSize(cfg.dtype);
-  const size_t p = static_cast<size_t>(ranks);
   std::vector<SizePoint> sizes;
   const auto add = [&](size_t bytes) {
     SizePoint point;
-    if (op == BenchOp::kAllReduce) {
-      point.block = std::max<size_t>(1, bytes / elem);
-      point.total = point.block;
-    } else {
-      point.block = std::max<size_t>(1, bytes / (p * elem));
-      point.total = point.block * p;
+    const internal::Counts counts = internal::Collective(op).counts;
+    if (counts == internal::Counts::kNone) {  // a barrier moves nothing: one row
+      if (sizes.empty()) sizes.push_back(point);
+      return;
     }
+    // A v-collective's size is its total, split unevenly (LayoutAt).
+    if (internal::Collective(op).varied) {
+      point.total = std::max<size_t>(1, bytes / elem);
+      point.block = point.total;
+      if (sizes.empty() || sizes.back().total != point.total) sizes.push_back(point);
+      return;
+    }
+    // The size is the large buffer's, as in nccl-tests; it holds `blocks` blocks.
+    const size_t blocks =
+        std::max(internal::SendBlocks(counts, ranks), internal::RecvBlocks(counts, ranks));
+    point.block = std::max<size_t>(1, bytes / (blocks * elem));
+    point.total = point.block * blocks;
     if (sizes.empty() || sizes.back().total != point.total) sizes.push_back(point);
   };
   if (!cfg.sizes.empty()) {
@@ -298,6 +311,49 @@ std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks) 
     bytes = next;
   }
   return sizes;
+}
+
+void UnevenCounts(size_t n, int p, std::vector<size_t>* counts) {
+  const auto ranks = static_cast<size_t>(p);
+  const size_t ramp = ranks * (ranks - 1) / 2;
+  counts->resize(ranks);
+  size_t sum = 0;
+  for (size_t r = 0; r < ranks; ++r) {
+    (*counts)[r] = n >= ramp ? (n - ramp) / ranks + r : n / ranks;
+    sum += (*counts)[r];
+  }
+  counts->back() += n - sum;
+}
+
+void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, BlockLayout* layout) {
+  const internal::CollectiveInfo& c = internal::Collective(op);
+  const auto p = static_cast<size_t>(ranks);
+  const size_t send_blocks = internal::SendBlocks(c.counts, ranks);
+  const size_t recv_blocks = internal::RecvBlocks(c.counts, ranks);
+  if (!c.varied) {
+    layout->send.assign(send_blocks, size.block);
+    layout->recv.assign(recv_blocks, size.block);
+    return;
+  }
+  const bool send_per_rank = internal::SendIsPerRank(c.counts);
+  std::vector<size_t>& split = send_per_rank ? layout->send : layout->recv;
+  UnevenCounts(size.total, ranks, &split);
+  const auto r = static_cast<size_t>(rank);
+  if (c.counts == internal::Counts::kBothAreP) {
+    layout->recv.resize(p);
+    std::rotate(split.begin(), split.begin() + static_cast<std::ptrdiff_t>(r), split.end());
+    for (size_t q = 0; q < p; ++q) layout->recv[q] = split[q];  // rank q sends r entry q + r too
+  } else if (send_per_rank) {
+    layout->recv.assign(1, split[r]);
+  } else {
+    layout->send.assign(1, split[r]);
+  }
+}
+
+size_t OffsetOf(const std::vector<size_t>& blocks, size_t j) {
+  size_t offset = 0;
+  for (size_t i = 0; i < j; ++i) offset += blocks[i];
+  return offset;
 }
 
 }  // namespace chorus::cli

@@ -22,13 +22,20 @@
 
 namespace chorus::cli {
 
-enum class BenchOp : uint8_t { kAllReduce, kReduceScatter, kAllGather };
+// A benchmarked operation is a collective; everything about it comes from its row in the
+// collective table (core/collectives.h).
+using BenchOp = CollectiveKind;
 
-// The peers' CSV spelling: allreduce, reduce_scatter, allgather.
+// The peers' CSV spelling: allreduce, reduce_scatter, allgather, broadcast, reduce, barrier.
 std::string_view BenchOpName(BenchOp op);
-CollectiveKind KindOf(BenchOp op);
-// Accepts allreduce, all_reduce, all-reduce, AllReduce, ... (and likewise for the other two).
+inline CollectiveKind KindOf(BenchOp op) { return op; }
+// Accepts a collective's name or alias in any case, with or without '_' and '-' (allreduce,
+// all_reduce, AllReduce, reduce_scatter, bcast, ...).
 std::optional<BenchOp> ParseBenchOp(std::string_view name);
+// "all": every collective, in table order.
+std::vector<BenchOp> AllBenchOps();
+// Every collective's name, comma-separated in table order (for --help).
+std::string BenchOpNames();
 // nccl-tests bus bandwidth factors: what a ring moves per rank relative to the buffer.
 double BusFactor(BenchOp op, int ranks);
 // "4096", "32K", "64M", "1G", "8KiB", "2mb": suffixes are powers of 1024.
@@ -54,6 +61,7 @@ struct BenchConfig {
   std::chrono::milliseconds timeout{30000};
   size_t segment_bytes = 0;  // 0: the library's default
   std::string algo;          // CallOptions::algorithm of every timed call; empty: selection
+  int root = 0;              // of the rooted collectives (broadcast, reduce)
 };
 
 // What CLI11 writes into; MakeConfig turns it into a BenchConfig, with error messages.
@@ -79,6 +87,7 @@ struct BenchFlags {
   int64_t timeout_ms = 30000;
   std::string segment_bytes;
   std::string algo;
+  int root = 0;
   bool list_algos = false;
   bool rank_worker = false;  // internal: this process is one rank under chorus launch
 };
@@ -90,11 +99,29 @@ Result<BenchConfig> MakeConfig(const BenchFlags& flags);
 std::vector<std::string> WorkerArgs(const BenchFlags& flags);
 
 struct SizePoint {
-  size_t block = 0;  // elements per rank: all-reduce the buffer, reduce-scatter the output,
-                     // all-gather the input
+  size_t block = 0;  // elements per rank: the buffer where send and recv have one count, the
+                     // reduce-scatter output, the all-gather input; a v-collective's total
   size_t total = 0;  // elements of the large buffer
 };
 
 std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks);
+
+// The v-collectives' uneven split of n elements over p ranks, as the peers' all-gather-v has it
+// (../shared/peers, agv_counts): rank r gets base + r, base = (n - p(p-1)/2) / p, and the last
+// rank the remainder (n = 8, p = 3: 1, 2, 5). Below p(p-1)/2 elements: n / p each, the last
+// the remainder.
+void UnevenCounts(size_t n, int p, std::vector<size_t>* counts);
+
+// The block lengths of one rank's send and recv at a size point: `block` each (as many as the
+// count relation has), or a v-collective's uneven split of `total`; all-to-all-v's rank r sends
+// rank q the split's entry (r + q) mod p. A rooted v-collective's ranks all hold the root's
+// lengths. Reuses the vectors' room (no allocation once they hold p entries).
+struct BlockLayout {
+  std::vector<size_t> send;
+  std::vector<size_t> recv;
+};
+void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, BlockLayout* layout);
+// Elements before block j.
+size_t OffsetOf(const std::vector<size_t>& blocks, size_t j);
 
 }  // namespace chorus::cli

@@ -41,6 +41,7 @@
 #include "commands.h"
 #include "model/cost_model.h"
 #include "rank_group.h"
+#include "tuning_env.h"
 
 extern char** environ;  // NOLINT: handed to posix_spawn
 
@@ -183,8 +184,10 @@ struct Workload {
         return comm.ReduceScatter(Buf(input), Buf(shard), ReduceOp::kSum, call);
       case Kind::kAllGather:
         return comm.AllGather(Buf(shard), Buf(gathered), call);
+      default:  // the lesson runs the three above
+        break;
     }
-    return Internal("demo: unknown collective kind");
+    return Internal("demo: the lesson has no " + std::string(CollectiveKindName(kind)));
   }
 };
 
@@ -491,26 +494,42 @@ bool WriteJson(const Json& record, const fs::path& path) {
   return static_cast<bool>(out);
 }
 
-// The script ships in <repo>/scripts and the binary is built into <build>/chorus, one level
-// below the repository; CHORUS_PLOT_SCRIPT points elsewhere (an install, a modified copy).
-fs::path FindPlotScript() {
+// Where scripts/plot_demo.py is, first found of: $CHORUS_PLOT_SCRIPT (a modified copy wins over
+// everything), the installed copy at the same place relative to this binary as at install time
+// (<prefix>/bin/chorus -> <prefix>/share/chorus/plot_demo.py, so a moved prefix still works),
+// and the source tree this binary was built from (any build directory). `tried` lists the
+// paths looked at, for the error.
+fs::path FindPlotScript(std::vector<std::string>& tried) {
   if (const char* env = std::getenv("CHORUS_PLOT_SCRIPT"); env != nullptr && *env != '\0') {
-    return env;
+    tried.push_back(std::string(env) + " (CHORUS_PLOT_SCRIPT)");
+    return fs::exists(env) ? fs::path(env) : fs::path();
   }
+  std::vector<fs::path> candidates;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  return fs::weakly_canonical(exe.parent_path() / ".." / "scripts" / "plot_demo.py", ec);
+  if (!ec) {
+    candidates.push_back((exe.parent_path() / CHORUS_PLOT_SCRIPT_FROM_BINDIR).lexically_normal());
+  }
+  candidates.emplace_back(CHORUS_PLOT_SCRIPT_IN_SOURCE);
+  for (const fs::path& candidate : candidates) {
+    tried.push_back(candidate.string());
+    if (fs::exists(candidate, ec)) return candidate;
+  }
+  return {};
 }
 
 // Runs the plot script with its stdout sent to our stderr, so our stdout stays the lesson.
 bool RunPlotScript(const fs::path& json_path, const fs::path& dir) {
-  const fs::path script = FindPlotScript();
-  if (script.empty() || !fs::exists(script)) {
-    std::cerr << "chorus demo: plot script not found at '" << script.string()
-              << "'; set CHORUS_PLOT_SCRIPT to scripts/plot_demo.py\n";
+  std::vector<std::string> tried;
+  const fs::path script = FindPlotScript(tried);
+  if (script.empty()) {
+    std::cerr << "chorus demo: plot script not found; looked at:\n";
+    for (const std::string& path : tried) std::cerr << "  " << path << '\n';
+    std::cerr << "set CHORUS_PLOT_SCRIPT to scripts/plot_demo.py of a chorus checkout\n";
     return false;
   }
+  // Which copy drew the figures matters when there are several (installed, source, modified).
+  std::cerr << "chorus demo: plotting with " << script.string() << '\n';
   std::string python = "/usr/bin/python3";
   std::vector<std::string> args = {python, script.string(), json_path.string(), dir.string()};
   std::vector<char*> argv;
@@ -597,7 +616,8 @@ int RunDemo(const DemoFlags& flags) {
       return ExecUnderLauncher("chorus demo", flags.ranks, WorkerArgs(flags), kExitFailed);
     }
   }
-  const CommOptions options{.timeout = std::chrono::milliseconds(flags.timeout_ms)};
+  const CommOptions options{.timeout = std::chrono::milliseconds(flags.timeout_ms),
+                            .tuning_file = TuningFileFromEnvironment()};
   DemoRecord rec;  // rank 0's
   bool rank_zero_here = false;
   const RankBody body = [&](RankGroup& group) -> Status {

@@ -49,9 +49,11 @@
 //
 // Process model: every rank leads its own process group. A signal meant for a rank then reaches
 // its whole tree (a shell and the command it waits for), and a Ctrl-C on the terminal reaches the
-// launcher alone, which forwards it exactly once. PR_SET_PDEATHSIG kills a rank whose launcher
-// died without cleaning up (SIGKILL, crash). Signals are taken from a signalfd so that child
-// exits, forwarded signals, output and deadlines are all handled by one poll() loop.
+// launcher alone, which forwards it exactly once. A launcher that dies without cleaning up
+// (SIGKILL, crash) leaves no orphans: PR_SET_PDEATHSIG kills each rank's first process, and a
+// reaper (below) that outlives the launcher kills every rank's whole process group within a
+// second. Signals are taken from a signalfd so that child exits, forwarded signals, output and
+// deadlines are all handled by one poll() loop.
 //
 // Stopping: when a rank exits non-zero or dies by a signal, the other ranks' process groups get
 // SIGTERM and, after --grace-ms, SIGKILL; a forwarded signal or the --timeout-ms deadline starts
@@ -71,9 +73,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -752,6 +756,92 @@ Status SpawnRank(const ExecPlan& plan, const RankCommand& command, bool prefix, 
   return Status::Ok();
 }
 
+// ------------------------------------------------------------------ the reaper
+
+// PR_SET_PDEATHSIG reaches only a rank's first process: a rank run as `sh -c 'prog; echo done'`
+// would keep computing after a SIGKILLed launcher. So before the first rank the launcher forks a
+// reaper that outlives it. The reaper learns each rank's process group through a pipe whose
+// only writer is the launcher; when the pipe reports end of file without the launcher's
+// "done", the launcher has died, and the reaper sends every group SIGTERM and, kReapGrace
+// later (or at once when all are gone), SIGKILL. The reaper leads a process group of its own
+// and keeps the launcher's blocked signals, so neither a Ctrl-C nor a kill of the launcher's
+// group stops it. The ranks' zombies keep their group ids reserved while the launcher lives;
+// after its death the reaper signals within milliseconds, long before pids could wrap around.
+class Reaper {
+ public:
+  static constexpr auto kReapGrace = std::chrono::milliseconds(300);
+
+  // Forks the reaper for up to `ranks` process groups.
+  static Result<Reaper> Start(int ranks) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return Unavailable("pipe: " + ErrnoText(errno));
+    UniqueFd from_launcher(fds[0]);
+    UniqueFd to_reaper(fds[1]);
+    // Allocated before fork(): the reaper may only make async-signal-safe calls.
+    std::vector<pid_t> groups(static_cast<size_t>(ranks));
+    const pid_t pid = ::fork();
+    if (pid < 0) return Unavailable("fork: " + ErrnoText(errno));
+    if (pid == 0) Run(from_launcher.get(), groups.data(), groups.size());
+    return Reaper(pid, std::move(to_reaper));
+  }
+
+  // After a rank's fork: the reaper will stop group `group` should the launcher die.
+  void Watch(pid_t group) const {
+    const int32_t message = group;
+    [[maybe_unused]] ssize_t n = ::write(to_reaper_.get(), &message, sizeof(message));
+  }
+
+  // At the launcher's normal end (its supervisor has dealt with the ranks): the reaper leaves.
+  void Done() {
+    if (!to_reaper_.valid()) return;
+    const int32_t done = 0;
+    [[maybe_unused]] ssize_t n = ::write(to_reaper_.get(), &done, sizeof(done));
+    to_reaper_ = UniqueFd();
+    while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  Reaper(pid_t pid, UniqueFd to_reaper) : pid_(pid), to_reaper_(std::move(to_reaper)) {}
+
+  // The reaper's side of fork(); never returns.
+  [[noreturn]] static void Run(int from_launcher, pid_t* groups, size_t capacity) {
+    ::setpgid(0, 0);
+    // Hold nothing of the launcher's but the pipe: not its store's sockets, and not its stdout,
+    // whose reader waits for end of file (the launcher made sure fds 0-2 are open, so the pipe
+    // is above them).
+    const unsigned fd = static_cast<unsigned>(from_launcher);
+    if (fd > 3) ::syscall(SYS_close_range, 3u, fd - 1, 0u);
+    ::syscall(SYS_close_range, fd + 1, ~0u, 0u);
+    const int null = ::open("/dev/null", O_RDWR);
+    for (int standard = 0; standard < 3 && null >= 0; ++standard) ::dup2(null, standard);
+    if (null > 2) ::close(null);
+    size_t known = 0;
+    for (;;) {
+      int32_t message = 0;
+      const ssize_t n = ::read(from_launcher, &message, sizeof(message));
+      if (n < 0 && errno == EINTR) continue;
+      if (n != static_cast<ssize_t>(sizeof(message))) break;  // the launcher is gone
+      if (message == 0) ::_exit(0);                           // done
+      if (known < capacity) groups[known++] = message;
+    }
+    for (size_t i = 0; i < known; ++i) ::kill(-groups[i], SIGTERM);
+    constexpr auto kTick = std::chrono::milliseconds(10);
+    const timespec tick{.tv_sec = 0, .tv_nsec = std::chrono::nanoseconds(kTick).count()};
+    for (int i = 0; i < kReapGrace / kTick; ++i) {
+      bool any = false;
+      for (size_t g = 0; g < known; ++g) any = any || ::kill(-groups[g], 0) == 0;
+      if (!any) ::_exit(0);
+      ::nanosleep(&tick, nullptr);
+    }
+    for (size_t g = 0; g < known; ++g) ::kill(-groups[g], SIGKILL);
+    ::_exit(0);
+  }
+
+  pid_t pid_;
+  UniqueFd to_reaper_;
+};
+
 // ------------------------------------------------------------------ supervision
 
 // Runs the job to its end: one poll() loop over the signalfd and every rank's output pipes, with
@@ -1152,6 +1242,11 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
   const std::vector<std::string> forwarded =
       remote ? ForwardedVariables() : std::vector<std::string>{};
 
+  Result<Reaper> reaper = Reaper::Start(ranks);
+  if (!reaper.ok()) {
+    Note("cannot start the reaper: " + reaper.status().message());
+    return kExitLauncherFailed;
+  }
   const std::vector<Placement> placement = PlaceRanks(hosts, ranks);
   std::vector<Child> children(static_cast<size_t>(ranks));
   for (int rank = 0; rank < ranks; ++rank) {
@@ -1183,10 +1278,14 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
         while (::waitpid(started.pid, nullptr, 0) < 0 && errno == EINTR) {
         }
       }
+      reaper->Done();
       return kExitLauncherFailed;
     }
+    reaper->Watch(child.pid);
   }
-  return Supervisor(flags, children, signal_fd.get()).Run();
+  const int status = Supervisor(flags, children, signal_fd.get()).Run();
+  reaper->Done();
+  return status;
 }
 
 }  // namespace

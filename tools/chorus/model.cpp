@@ -34,6 +34,7 @@
 #include "model/algorithm_cost.h"
 #include "model/tuning.h"
 #include "rank_group.h"
+#include "tuning_env.h"
 
 namespace chorus::cli {
 namespace {
@@ -52,9 +53,9 @@ struct ModelFlags {
 
 struct Row {
   std::string name;
-  const internal::AlgorithmInfo* info = nullptr;  // nullptr: not in this build's table
-  std::optional<model::AlgorithmTerms> terms;
-  double predicted_s = -1;
+  const internal::AlgorithmInfo* info = nullptr;
+  model::AlgorithmTerms terms;
+  double predicted_s = 0;
   std::optional<double> measured_s;
   std::string measure_error;
   bool allowed = false;  // the selection rule accepts this shape
@@ -103,7 +104,7 @@ int RunModel(const ModelFlags& flags) {
   const std::vector<SizePoint> points = MakeSizes(sizing, *op, flags.ranks);
   const size_t bytes = points.front().total * DataTypeSize(sizing.dtype);
 
-  Result<model::Tuning> tuning = model::ActiveTuning();
+  Result<model::Tuning> tuning = model::TuningFromFile(TuningFileFromEnvironment());
   if (!tuning.ok()) {
     std::fprintf(stderr, "chorus model: %s\n(run chorus tune to rewrite it)\n",
                  tuning.status().message().c_str());
@@ -130,11 +131,6 @@ int RunModel(const ModelFlags& flags) {
     if (info.kind != kind) continue;
     rows.push_back({.name = std::string(info.name), .info = &info, .allowed = info.allowed(shape)});
   }
-  for (std::string_view name : model::ModeledAlgorithms(kind)) {
-    const bool listed =
-        std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.name == name; });
-    if (!listed) rows.push_back({.name = std::string(name)});
-  }
 
   std::printf("# chorus model: %s, %d ranks, %zu B (float32), transport %s, %d cores\n",
               std::string(BenchOpName(*op)).c_str(), flags.ranks, bytes, flags.transport.c_str(),
@@ -143,16 +139,15 @@ int RunModel(const ModelFlags& flags) {
               flags.transport.c_str(), tuning->source.c_str(), params.alpha_s * 1e6,
               1e-9 / params.beta_s_per_byte, 1e-9 / params.gamma_s_per_byte);
   if (oversubscription > 1) {
-    std::printf("# %d ranks on %d cores: every term is scaled by %.3g\n",
-                flags.ranks, cores, oversubscription);
+    std::printf("# %d ranks on %d cores: every term is scaled by %.3g\n", flags.ranks, cores,
+                oversubscription);
   }
   std::fflush(stdout);
 
   for (Row& row : rows) {
-    row.terms = model::Terms(kind, row.name, flags.ranks);
-    row.predicted_s = model::PredictSeconds(kind, row.name, flags.ranks, static_cast<double>(bytes),
-                                            params, cores);
-    if (!flags.measure || row.info == nullptr) continue;
+    row.terms = row.info->terms(flags.ranks);
+    row.predicted_s = internal::PredictedSeconds(*row.info, shape);
+    if (!flags.measure) continue;
     Result<double> measured = MeasureAlgorithm(flags, *op, row.name, bytes);
     if (measured.ok()) {
       row.measured_s = *measured;
@@ -164,10 +159,10 @@ int RunModel(const ModelFlags& flags) {
   std::printf("# %-13s %6s %14s %14s %13s %7s  %s\n", "algorithm", "steps", "sent/rank(B)",
               "predicted(us)", "measured(us)", "ratio", "rule");
   for (const Row& row : rows) {
-    const std::string steps = row.terms ? std::to_string(static_cast<long>(row.terms->steps)) : "-";
-    char sent[32] = "-";
-    if (row.terms) std::snprintf(sent, sizeof(sent), "%.0f", row.terms->sent * bytes);
-    const std::string predicted = row.predicted_s >= 0 ? Micros(row.predicted_s) : "no model";
+    const std::string steps = std::to_string(static_cast<long>(row.terms.steps));
+    char sent[32];
+    std::snprintf(sent, sizeof(sent), "%.0f", row.terms.sent * bytes);
+    const std::string predicted = Micros(row.predicted_s);
     std::string measured = "-";
     std::string ratio = "-";
     if (row.measured_s) {
@@ -180,7 +175,7 @@ int RunModel(const ModelFlags& flags) {
     } else if (!row.measure_error.empty()) {
       measured = "failed";
     }
-    const char* rule = row.info == nullptr ? "not in library" : row.allowed ? "applies" : "no";
+    const char* rule = row.allowed ? "applies" : "no";
     std::printf("  %-13s %6s %14s %14s %13s %7s  %s\n", row.name.c_str(), steps.c_str(), sent,
                 predicted.c_str(), measured.c_str(), ratio.c_str(), rule);
   }
@@ -202,14 +197,13 @@ int RunModel(const ModelFlags& flags) {
   for (const Row& row : rows) {
     if (!row.allowed) continue;
     allowed += (allowed.empty() ? "" : ", ") + row.name;
-    if (row.predicted_s >= 0 && (cheapest == nullptr || row.predicted_s < cheapest->predicted_s)) {
+    if (cheapest == nullptr || row.predicted_s < cheapest->predicted_s) {
       cheapest = &row;
     }
   }
   std::printf("selector picks %s: %s\n", std::string(chosen.name).c_str(),
               std::string(chosen.description).c_str());
-  const double chosen_s = model::PredictSeconds(kind, chosen.name, flags.ranks,
-                                                static_cast<double>(bytes), params, cores);
+  const double chosen_s = internal::PredictedSeconds(chosen, shape);
   if (cheapest != nullptr && cheapest->name == chosen.name) {
     std::printf(
         "  why: its rule \"%s\" allows this shape, and of the allowed algorithms (%s) "
@@ -223,7 +217,7 @@ int RunModel(const ModelFlags& flags) {
         Micros(cheapest->predicted_s).c_str(), Micros(chosen_s).c_str());
   }
   for (const Row& row : rows) {
-    if (row.info != nullptr && !row.allowed) {
+    if (!row.allowed) {
       std::printf("  %s is ruled out: its rule is \"%s\"\n", row.name.c_str(),
                   std::string(row.info->rule).c_str());
     }
@@ -245,12 +239,13 @@ void AddModelCommand(CLI::App& app, int& exit_code) {
       "model",
       "Print each algorithm's predicted time (calibrated cost model), its measured time, and "
       "the algorithm the selection picks, for one collective shape");
-  sub->add_option("--op", flags->op, "collective: allreduce, reducescatter or allgather")
+  sub->add_option("--op", flags->op, "collective: " + BenchOpNames())
       ->capture_default_str();
   sub->add_option("-n,--ranks", flags->ranks, "ranks")->capture_default_str();
   sub->add_option("-b,--bytes", flags->bytes,
-                  "total buffer bytes (all-reduce buffer, reduce-scatter input, all-gather "
-                  "output); K, M, G are powers of 1024")
+                  "total buffer bytes, as chorus bench counts them (the larger of a call's "
+                  "buffers: all-reduce buffer, reduce-scatter input, all-gather output); K, M, G "
+                  "are powers of 1024")
       ->capture_default_str();
   sub->add_option("-t,--transport", flags->transport, "thread, shm or tcp")->capture_default_str();
   sub->add_flag("--measure,!--no-measure", flags->measure,

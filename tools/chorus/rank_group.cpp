@@ -270,12 +270,17 @@ Status RunProcessRank(const CommOptions& base, const RankBody& body,
   // Shared-memory ranks run their collectives on this thread alone; TCP ranks have progress
   // threads started in Create that a binding here would not reach, so they float.
   if (comm->transport() == TransportKind::kShm) BindToOwnCore(comm->rank(), comm->size());
-  Watchdog watchdog(watch, [&comm] { comm->Abort(); });
-  ProcessRankGroup group(*comm, watchdog, call_timeout);
+  return RunRankOn(*comm, call_timeout, body, watch);
+}
+
+Status RunRankOn(Communicator& comm, std::chrono::milliseconds call_timeout, const RankBody& body,
+                 const Watchdog::Options& watch) {
+  Watchdog watchdog(watch, [&comm] { comm.Abort(); });
+  ProcessRankGroup group(comm, watchdog, call_timeout);
   const Status s = body(group);
   if (s.ok()) return s;
-  comm->Abort();  // the other processes stop at their next call instead of at its deadline
-  return Prefixed(comm->rank(), s);
+  comm.Abort();  // the other processes stop at their next call instead of at its deadline
+  return Prefixed(comm.rank(), s);
 }
 
 int ExecUnderLauncher(const std::string& program, int ranks,

@@ -1,5 +1,6 @@
 // rank_group.h: runs one per-rank body on every rank of a group, whether the ranks are threads of
-// this process (--transport thread) or processes started by `chorus launch` (--transport shm).
+// this process (--transport thread), processes started by `chorus launch` (--transport shm) or
+// the ranks of an MPI job (--transport mpi under mpirun).
 // `chorus bench` and `chorus demo` write their work once, as a RankBody:
 //
 //   RankBody body = [&](RankGroup& group) -> Status {
@@ -117,6 +118,21 @@ Status RunThreadRanks(int ranks, const CommOptions& options, const RankBody& bod
 // communicator's own default deadline is that. The body passes CallOptions::timeout itself.
 Status RunProcessRank(const CommOptions& base, const RankBody& body,
                       const Watchdog::Options& watch);
+
+// Runs `body` on `comm`, one rank of a group of processes (however it was created), with the
+// sync calls done as chorus collectives bounded by `call_timeout`, and a watchdog. Returns OK or
+// "rank r: <status>"; on failure `comm` is aborted, so the other ranks stop at their next call.
+Status RunRankOn(Communicator& comm, std::chrono::milliseconds call_timeout, const RankBody& body,
+                 const Watchdog::Options& watch);
+
+// True when the CLI was built with chorus::mpi (CHORUS_WITH_MPI, unsanitized builds).
+bool CliHasMpi();
+
+// One rank of an MPI job (started by mpirun or srun): initialises MPI unless this process already
+// did, runs `body` on CreateMpiCommunicator(MPI_COMM_WORLD, base) through RunRankOn, destroys the
+// communicator and finalises MPI if it initialised it. Ranks and size are the job's.
+// kFailedPrecondition in a build without MPI (CliHasMpi() is false).
+Status RunMpiRank(const CommOptions& base, const RankBody& body, const Watchdog::Options& watch);
 
 // Replaces this process with `<this program> launch -n ranks --no-prefix -- <this program>
 // worker_args...`, so the launcher's exit status becomes ours and signals reach it directly.

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -41,6 +42,7 @@
 #include "bench_config.h"
 #include "chorus/chorus.h"
 #include "commands.h"
+#include "core/env.h"
 #include "model/tuning.h"
 #include "rank_group.h"
 #include "reduce/reduce.h"
@@ -110,7 +112,10 @@ std::string SizeList(size_t max_bytes, int rounds) {
   for (int round = 0; round < rounds; ++round) {
     for (size_t bytes : kFitSizes) {
       if (bytes > max_bytes) break;
-      list += (list.empty() ? "" : ",") + std::to_string(bytes);
+      // Appended piece by piece: GCC 12 at -O3 warns -Wrestrict (a false positive, GCC bug
+      // 105651) about a short literal + std::string temporary.
+      if (!list.empty()) list += ',';
+      list += std::to_string(bytes);
     }
   }
   return list;
@@ -221,7 +226,8 @@ int RunTune(const TuneFlags& flags) {
                  flags.max_bytes.c_str());
     return kExitUsage;
   }
-  const std::string path = flags.output.empty() ? model::DefaultTuningPath() : flags.output;
+  const std::string path =
+      flags.output.empty() ? internal::TuningPathFromEnvironment() : flags.output;
   if (path.empty() && !flags.dry_run) {
     std::fprintf(stderr,
                  "chorus tune: no place for the tuning file: set CHORUS_TUNING_FILE or HOME, or "
@@ -242,6 +248,9 @@ int RunTune(const TuneFlags& flags) {
     }
   }
 
+  // The measurements name their algorithm, so no tuning steers them; and a file that is not
+  // written yet (or is being replaced) must not stop them.
+  setenv("CHORUS_TUNING_FILE", internal::kBuiltinTuning, 1);
   for (const std::string& name : transports) {
     Result<AlphaBeta> fit = MeasureTransport(name, *max_bytes);
     if (!fit.ok()) {

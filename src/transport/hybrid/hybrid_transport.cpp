@@ -97,4 +97,13 @@ void HybridTransport::Reject(uint64_t call_index, const std::string& reason) {
   tcp_->Reject(call_index, reason);
 }
 
+std::vector<PeerState> HybridTransport::Census(uint64_t call_index, Deadline until) {
+  std::vector<PeerState> states = tcp_->Census(call_index, until);
+  const std::vector<PeerState> local = shm_->Census(call_index, until);
+  for (size_t i = 0; i < local.size() && i < layout_.local.size(); ++i) {
+    states[static_cast<size_t>(layout_.local[i])] = local[i];
+  }
+  return states;
+}
+
 }  // namespace chorus::internal

@@ -41,6 +41,9 @@ class HybridTransport final : public Transport {
   bool Drained(int peer) override;
   bool PeerAlive(int peer) override;
   std::string DescribeDeath(int peer) const override;
+  bool DiedUnheard(int peer) const override {
+    return Local(peer) < 0 && tcp_->DiedUnheard(peer);
+  }
 
   Doorbell& doorbell() override { return shm_->doorbell(); }
   void Fail(const Status& status) override;
@@ -50,10 +53,15 @@ class HybridTransport final : public Transport {
   void Enter(uint64_t call_index) override;
   void Leave() override;
   bool PeerActive(int peer, uint64_t call_index) const override;
-  std::string Absentees(uint64_t call_index) const override { return tcp_->Absentees(call_index); }
+  Beacon& beacon() override { return shm_->beacon(); }
+  // Over TCP, which reaches every rank it is connected to (its replies read the shm beacon,
+  // TcpConfig::beacon); this host's ranks, which TCP may never have connected, from their shm
+  // control blocks.
+  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
   void Reject(uint64_t call_index, const std::string& reason) override;
   Status Rejection(uint64_t call_index) const override { return tcp_->Rejection(call_index); }
   bool Rejected(uint64_t call_index) const override { return tcp_->Rejected(call_index); }
+  bool Abandoned(uint64_t call_index) const override { return tcp_->Abandoned(call_index); }
 
  private:
   // `peer`'s index on this host, or -1 when it is on another host.

@@ -9,8 +9,8 @@
 #include "chorus/mpi.h"
 #include "core/check.h"
 #include "core/comm_state.h"
-#include "model/tuning.h"
 #include "core/validate.h"
+#include "model/tuning.h"
 
 namespace chorus::internal {
 namespace {
@@ -31,7 +31,8 @@ struct Header {
   uint8_t dtype;
   uint8_t op;
   uint8_t algorithm;
-  uint8_t unused[4];
+  uint32_t root;
+  uint64_t layout;
 
   CallTag tag() const {
     return {call_index,
@@ -39,7 +40,9 @@ struct Header {
             static_cast<CollectiveKind>(kind),
             static_cast<DataType>(dtype),
             static_cast<ReduceOp>(op),
-            algorithm};
+            algorithm,
+            root,
+            layout};
   }
 };
 static_assert(sizeof(Header) <= kHeaderBytes && std::is_trivial_v<Header>);
@@ -361,7 +364,8 @@ void MpiTransport::Post(int peer, const Message& m) {
                       static_cast<uint8_t>(m.tag.dtype),
                       static_cast<uint8_t>(m.tag.op),
                       m.tag.algorithm,
-                      {}};
+                      m.tag.root,
+                      m.tag.layout};
   std::memcpy(slot, &header, sizeof(header));
   MPI_Request& request = link->requests[link->next % static_cast<uint64_t>(depth_)];
   ++link->next;
@@ -593,18 +597,36 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
         ", so only the main thread may call MPI; create and drive this communicator from the "
         "main thread, or initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...)");
   }
+  // Every rank uses rank 0's tuning, so that all pick the same algorithms; rank 0 reads it
+  // before the agreement, so that a bad file stops every rank alike.
+  Result<model::Tuning> tuning = model::DefaultTuning();
+  if (local.ok() && rank == 0) {
+    tuning = model::TuningFromFile(options.tuning_file);
+    if (!tuning.ok()) {
+      local = Status(tuning.status().code(), "CreateMpiCommunicator: " + tuning.status().message());
+    }
+  }
   CHORUS_RETURN_IF_ERROR(Agree(comm, rank, local, options));
-
-  auto tuning = model::ActiveTuning();
-  if (!tuning.ok()) {
-    return Status(tuning.status().code(), "CreateMpiCommunicator: " + tuning.status().message());
+  std::string text = rank == 0 ? model::FormatTuning(*tuning) : std::string();
+  int64_t length = static_cast<int64_t>(text.size());
+  if (const int rc = MPI_Bcast(&length, 1, MPI_INT64_T, 0, comm); rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator: MPI_Bcast", rc);
+  }
+  text.resize(static_cast<size_t>(length));
+  if (const int rc = MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
+      rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator: MPI_Bcast", rc);
+  }
+  if (rank != 0) {
+    tuning = model::ParseTuning(text, "rank 0's tuning");
+    if (!tuning.ok()) return tuning.status();
   }
   auto transport = internal::MpiTransport::Connect(comm, options.segment_bytes,
                                                    options.pipeline_depth, options.timeout);
   if (!transport.ok()) return transport.status();
-  return Communicator(std::make_unique<internal::CommState>(
-      std::move(transport).value(), TransportKind::kMpi, options,
-      tuning->For(TransportKind::kMpi)));
+  return Communicator(std::make_unique<internal::CommState>(std::move(transport).value(),
+                                                            TransportKind::kMpi, options,
+                                                            tuning->For(TransportKind::kMpi)));
 }
 
 }  // namespace chorus

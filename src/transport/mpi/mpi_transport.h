@@ -105,7 +105,13 @@ class MpiTransport final : public ControlledTransport {
   // Only this rank's own progress is known here (there is no shared memory to read peers'),
   // so a timeout cannot name absent ranks and Quiesce (zero-copy only) never waits.
   bool PeerActive(int, uint64_t) const override { return false; }
-  std::string Absentees(uint64_t) const override { return ""; }
+  void Poll() override { PollControl(); }
+  // MPI ranks progress only when they poll, so a peer's state is not known here.
+  std::vector<PeerState> Census(uint64_t, Deadline) override {
+    std::vector<PeerState> states(static_cast<size_t>(size()));
+    for (PeerState& s : states) s.known = false;
+    return states;
+  }
 
  private:
   struct FreeBytes {

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -53,27 +54,58 @@ struct Layout {
 // explicitly, as soon as every rank has it mapped.
 class ShmSegment {
  public:
-  static Result<std::unique_ptr<ShmSegment>> Create(const std::string& name, size_t bytes) {
-    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return Unavailable(Errno(("Create: cannot create shared memory " + name).c_str()));
+  // Creates the segment `name` ("/chorus-..."): with shm_open in /dev/shm when `dir` is empty,
+  // else as the file dir + name. First checks that `bytes` fit in that filesystem.
+  static Result<std::unique_ptr<ShmSegment>> Create(const std::string& dir, const std::string& name,
+                                                    size_t bytes, const std::string& sizing) {
+    const std::string where = dir.empty() ? "/dev/shm" : dir;
+    struct statvfs fs {};
+    if (statvfs(where.c_str(), &fs) != 0) {
+      return Unavailable(Errno(("Create: cannot use " + where + " for shared memory").c_str()));
+    }
+    auto no_room = [&](uint64_t free_bytes) {
+      const uint64_t total_bytes = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+      return Unavailable(
+          "Create: the shared memory for this communicator needs " + Mib(bytes) + " (" + sizing +
+          ") but " + where + " has " + Mib(free_bytes) + " free of " + Mib(total_bytes) +
+          ". Give " + where + " more room (docker run --shm-size=1g; mount -o remount,size=1G " +
+          where + "), lower CommOptions::pipeline_depth or segment_bytes, or put the segment on "
+          "another tmpfs with CommOptions::shm_dir (CHORUS_SHM_DIR)");
+    };
+    const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (bytes > free_bytes) return no_room(free_bytes);
+    const std::string path = dir.empty() ? name : dir + name;
+    const int fd = dir.empty() ? shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600)
+                               : open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return Unavailable(Errno(("Create: cannot create shared memory " + path).c_str()));
     if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const Status err = Unavailable(Errno(("Create: cannot size shared memory " + name).c_str()));
+      const Status err = Unavailable(Errno(("Create: cannot size shared memory " + path).c_str()));
       close(fd);
-      shm_unlink(name.c_str());
+      Remove(path, dir.empty());
       return err;
     }
-    return Map(fd, name, bytes, /*owner=*/true);
+    // Reserve the pages now: on a tmpfs that fills up later (another job, a check that raced)
+    // touching a page of a sparse segment would be a SIGBUS instead of this error.
+    if (const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes)); err == ENOSPC) {
+      close(fd);
+      Remove(path, dir.empty());
+      if (statvfs(where.c_str(), &fs) != 0) fs.f_bavail = 0;
+      return no_room(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize);
+    }
+    return Map(fd, path, dir.empty(), bytes, /*owner=*/true);
   }
 
-  static Result<std::unique_ptr<ShmSegment>> Open(const std::string& name) {
-    const int fd = shm_open(name.c_str(), O_RDWR, 0);
-    if (fd < 0) return Unavailable(Errno(("Create: cannot open shared memory " + name).c_str()));
+  // Opens what rank 0 created: `path` is a /dev/shm name ("/chorus-...") or a file's path.
+  static Result<std::unique_ptr<ShmSegment>> Open(const std::string& path, bool in_dev_shm) {
+    const int fd = in_dev_shm ? shm_open(path.c_str(), O_RDWR, 0)
+                              : open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return Unavailable(Errno(("Create: cannot open shared memory " + path).c_str()));
     struct stat st {};
     if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Prelude))) {
       close(fd);
-      return Unavailable("Create: shared memory " + name + " is not a chorus segment (too small)");
+      return Unavailable("Create: shared memory " + path + " is not a chorus segment (too small)");
     }
-    return Map(fd, name, static_cast<size_t>(st.st_size), /*owner=*/false);
+    return Map(fd, path, in_dev_shm, static_cast<size_t>(st.st_size), /*owner=*/false);
   }
 
   ~ShmSegment() {
@@ -86,34 +118,54 @@ class ShmSegment {
   std::byte* data() const { return static_cast<std::byte*>(data_); }
   size_t bytes() const { return bytes_; }
   const std::string& name() const { return name_; }
+  bool in_dev_shm() const { return in_dev_shm_; }
   // Idempotent; ENOENT (someone else unlinked it) is fine.
   void Unlink() {
-    shm_unlink(name_.c_str());
+    Remove(name_, in_dev_shm_);
     owner_unlinks_ = false;
   }
   // Once every rank has attached, the name is gone and there is nothing left to clean up.
   void Unlinked() { owner_unlinks_ = false; }
 
  private:
-  ShmSegment(void* data, size_t bytes, std::string name, bool owner)
-      : data_(data), bytes_(bytes), name_(std::move(name)), owner_unlinks_(owner) {}
+  ShmSegment(void* data, size_t bytes, std::string name, bool in_dev_shm, bool owner)
+      : data_(data),
+        bytes_(bytes),
+        name_(std::move(name)),
+        in_dev_shm_(in_dev_shm),
+        owner_unlinks_(owner) {}
 
-  static Result<std::unique_ptr<ShmSegment>> Map(int fd, const std::string& name, size_t bytes,
-                                                 bool owner) {
+  static std::string Mib(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return text;
+  }
+
+  static void Remove(const std::string& path, bool in_dev_shm) {
+    if (in_dev_shm) {
+      shm_unlink(path.c_str());
+    } else {
+      unlink(path.c_str());
+    }
+  }
+
+  static Result<std::unique_ptr<ShmSegment>> Map(int fd, const std::string& path, bool in_dev_shm,
+                                                 size_t bytes, bool owner) {
     void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     const int saved = errno;
     close(fd);
     if (data == MAP_FAILED) {
       errno = saved;
-      if (owner) shm_unlink(name.c_str());
-      return Unavailable(Errno(("Create: cannot map shared memory " + name).c_str()));
+      if (owner) Remove(path, in_dev_shm);
+      return Unavailable(Errno(("Create: cannot map shared memory " + path).c_str()));
     }
-    return std::unique_ptr<ShmSegment>(new ShmSegment(data, bytes, name, owner));
+    return std::unique_ptr<ShmSegment>(new ShmSegment(data, bytes, path, in_dev_shm, owner));
   }
 
   void* data_;
   size_t bytes_;
   std::string name_;
+  bool in_dev_shm_;
   bool owner_unlinks_;  // rank 0 unlinks if setup fails before everyone attached
 };
 
@@ -145,12 +197,21 @@ void Prefault(std::byte* p, size_t bytes, bool write) {
 
 }  // namespace
 
-Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config) {
+Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config,
+                                              const std::string& shm_dir) {
   const Layout layout(config.size, config.depth, config.slot_bytes);
   std::unique_ptr<ShmSegment> segment;
   if (config.rank == 0) {
-    auto created = ShmSegment::Create(RandomName(), layout.total);
-    if (!created.ok()) return created.status();
+    const std::string sizing =
+        std::to_string(config.size) + " x " + std::to_string(config.size) +
+        " pairs of ranks x pipeline_depth " + std::to_string(config.depth) + " x segment_bytes " +
+        std::to_string(config.slot_bytes);
+    auto created = ShmSegment::Create(shm_dir, RandomName(), layout.total, sizing);
+    if (!created.ok()) {
+      // The others wait for the segment's name: tell them why there is none.
+      store.Set("shm/name", "error:" + created.status().message()).IgnoreError();
+      return created.status();
+    }
     segment = std::move(created).value();
     new (segment->data())
         Prelude{kMagic, config.size, config.depth, config.slot_bytes, layout.total, {0}};
@@ -158,18 +219,25 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig&
     for (size_t i = 0; i < static_cast<size_t>(config.size) * config.size; ++i) {
       new (segment->data() + layout.mailboxes + i * sizeof(Mailbox)) Mailbox();
     }
-    CHORUS_RETURN_IF_ERROR(store.Set("shm/name", segment->name()));
+    CHORUS_RETURN_IF_ERROR(store.Set(
+        "shm/name", (segment->in_dev_shm() ? "shm:" : "file:") + segment->name()));
   } else {
-    auto name = store.Get("shm/name", Remaining(config.deadline));
-    if (!name.ok()) return name.status();
-    auto opened = ShmSegment::Open(*name);
+    auto published = store.Get("shm/name", Remaining(config.deadline));
+    if (!published.ok()) return published.status();
+    if (published->rfind("error:", 0) == 0) {
+      return Unavailable("Create: rank 0 could not make the shared memory: " +
+                         published->substr(6));
+    }
+    const bool in_dev_shm = published->rfind("shm:", 0) == 0;
+    const std::string name = published->substr(published->find(':') + 1);
+    auto opened = ShmSegment::Open(name, in_dev_shm);
     if (!opened.ok()) return opened.status();
     segment = std::move(opened).value();
     const auto* prelude = reinterpret_cast<const Prelude*>(segment->data());
     if (segment->bytes() != layout.total || prelude->magic != kMagic ||
         prelude->size != config.size || prelude->depth != config.depth ||
         prelude->slot_bytes != config.slot_bytes) {
-      return FailedPrecondition("Create: shm segment " + *name +
+      return FailedPrecondition("Create: shm segment " + name +
                                 " does not match this rank's options (size, segment_bytes and "
                                 "pipeline_depth must agree on every rank)");
     }

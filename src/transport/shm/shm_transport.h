@@ -23,6 +23,8 @@
 // Thread safety: a ShmTransport is driven by its rank's thread; Fail() from any thread.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +35,10 @@
 
 namespace chorus::internal {
 
-// Sets up (rank 0) or joins (the others) the communicator's segment through `store`.
-Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config);
+// Sets up (rank 0) or joins (the others) the communicator's segment through `store`, in
+// `shm_dir` (empty: /dev/shm, CommOptions::shm_dir).
+Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config,
+                                              const std::string& shm_dir = {});
 
 class ShmSegment;
 
@@ -45,6 +49,12 @@ class ShmTransport final : public ControlledTransport {
   ~ShmTransport() override;
 
   size_t slot_bytes() const override { return slot_bytes_; }
+  // Staged copies pipeline best in segments that stay in the cache between the sender's copy
+  // in and the receiver's copy out (docs/algorithms.md, "Segments through shared memory").
+  size_t default_segment_bytes() const override {
+    return std::min(slot_bytes_, kCachedSegmentBytes);
+  }
+  static constexpr size_t kCachedSegmentBytes = size_t{256} << 10;
   bool zero_copy() const override { return false; }
   bool shares_slots() const override { return true; }
   int ranks_on_host() const override { return size_; }

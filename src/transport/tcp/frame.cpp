@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/collectives.h"
+
 namespace chorus::internal::tcp {
 namespace {
 
@@ -44,9 +46,9 @@ void EncodeFrameHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
   out[41] = static_cast<uint8_t>(h.tag.dtype);
   out[42] = static_cast<uint8_t>(h.tag.op);
   out[43] = h.tag.algorithm;
-  PutU32(out + 44, 0);
+  PutU32(out + 44, h.tag.root);
   PutU64(out + 48, h.length);
-  PutU64(out + 56, 0);
+  PutU64(out + 56, h.tag.layout);
 }
 
 Status DecodeFrameHeader(const uint8_t bytes[kFrameHeaderBytes], const FrameExpectation& expect,
@@ -58,7 +60,7 @@ Status DecodeFrameHeader(const uint8_t bytes[kFrameHeaderBytes], const FrameExpe
   }
   const uint16_t type = GetU16(bytes + 6);
   if (type < static_cast<uint16_t>(FrameType::kData) ||
-      type > static_cast<uint16_t>(FrameType::kReject)) {
+      type > static_cast<uint16_t>(FrameType::kProbeReply)) {
     return Bad("unknown frame type " + std::to_string(type));
   }
   h->type = static_cast<FrameType>(type);
@@ -69,9 +71,7 @@ Status DecodeFrameHeader(const uint8_t bytes[kFrameHeaderBytes], const FrameExpe
     return Bad("sequence number " + std::to_string(h->sequence) + ", expected " +
                std::to_string(expect.sequence));
   }
-  if (GetU32(bytes + 44) != 0 || GetU64(bytes + 56) != 0) return Bad("reserved bytes are not zero");
-  if (bytes[40] > static_cast<uint8_t>(CollectiveKind::kAllGather) || bytes[41] >= kNumDataTypes ||
-      bytes[42] >= kNumReduceOps) {
+  if (!IsCollective(bytes[40]) || bytes[41] >= kNumDataTypes || bytes[42] >= kNumReduceOps) {
     return Bad("unknown collective, data type or operation");
   }
   h->tag.call_index = GetU64(bytes + 24);
@@ -80,7 +80,9 @@ Status DecodeFrameHeader(const uint8_t bytes[kFrameHeaderBytes], const FrameExpe
   h->tag.dtype = static_cast<DataType>(bytes[41]);
   h->tag.op = static_cast<ReduceOp>(bytes[42]);
   h->tag.algorithm = bytes[43];
+  h->tag.root = GetU32(bytes + 44);
   h->length = GetU64(bytes + 48);
+  h->tag.layout = GetU64(bytes + 56);
   const uint64_t limit =
       h->type == FrameType::kData ? expect.max_data_bytes : uint64_t{kMaxControlBytes};
   if (h->length > limit) {

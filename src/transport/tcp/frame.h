@@ -11,13 +11,15 @@
 //   32      count u64              | the sender runs the same call with the same arguments
 //   40      kind, dtype, op,       |
 //           algorithm u8 x 4       |
-//   44      zero u32
+//   44      root u32               |
 //   48      payload length u64
-//   56      zero u64
+//   56      layout u64             (CallTag::layout: a v-collective's counts)
 //
 // Integers are big-endian. A data frame's payload is one segment, at most the receiver's slot;
 // a longer one is refused before any of it is read, never written past the slot. Control
-// frames carry the group's failure (kFail) and a rank's refusal of a call (kReject) as text.
+// frames carry the group's failure (kFail), a rank's refusal of a call (kReject), and the
+// census of a rank that timed out (kProbe, answered by the peer's progress thread with
+// kProbeReply) as text.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -32,15 +34,17 @@
 namespace chorus::internal::tcp {
 
 inline constexpr uint32_t kFrameMagic = 0x43485246;  // "CHRF"
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;
 inline constexpr size_t kFrameHeaderBytes = 64;
 // Longest control payload (failure or rejection text).
 inline constexpr size_t kMaxControlBytes = 4096;
 
 enum class FrameType : uint16_t {
-  kData = 1,    // one segment of a collective
-  kFail = 2,    // payload: status code u32 | message; the group failed
-  kReject = 3,  // payload: message; the sender refused call `tag.call_index`
+  kData = 1,        // one segment of a collective
+  kFail = 2,        // payload: status code u32 | message; the group failed
+  kReject = 3,      // payload: message; the sender refused call `tag.call_index`
+  kProbe = 4,       // no payload: "where are you?", from a rank that timed out in `tag.call_index`
+  kProbeReply = 5,  // payload: "started in_call waiting_for idle_ms" for `tag.call_index`
 };
 
 struct FrameHeader {

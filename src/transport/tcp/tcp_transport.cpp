@@ -5,9 +5,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -25,9 +29,11 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/log_limit.h"
 #include "core/unique_fd.h"
 #include "transport/control.h"
 #include "transport/tcp/frame.h"
+#include "transport/tcp/wire.h"
 
 namespace chorus::internal {
 namespace {
@@ -37,8 +43,21 @@ using tcp::FrameType;
 using tcp::kFrameHeaderBytes;
 
 constexpr char kClaimPrefix[] = "chorus-tcp/1";
-// Handshakes in progress beyond the group's own dials before new connections are turned away.
+// Accepted connections that have not yet said who they are (the claim in the handshake's first
+// message) share this many places; when a new one comes, the oldest is dropped. A peer says who
+// it is in its first write, so a flood of idle or slow strangers never holds a peer's place:
+// it only pushes out older strangers.
 constexpr size_t kMaxStrangers = 64;
+// Connections that claim the same peer rank (a genuine dial, or a stranger replaying a claim it
+// overheard) may be pending at once; beyond this the oldest of them is dropped.
+constexpr size_t kMaxPerClaim = 4;
+// After accept() runs out of descriptors, how long to stop listening, and how long the shortage
+// may last before the rank gives up (its peers cannot reach it).
+constexpr std::chrono::milliseconds kAcceptPause{100};
+constexpr std::chrono::seconds kDescriptorPatience{2};
+// How long a closing rank keeps finishing handshakes, writing what it queued (a kFail above
+// all) and waiting for its peers to take it.
+constexpr std::chrono::milliseconds kLastFlush{500};
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -87,15 +106,22 @@ std::string Hex64(uint64_t v) {
   return text;
 }
 
-// A frame on its way out: header bytes, then payload bytes from a slot or from `owned`.
+// A frame on its way out: header bytes, then payload bytes from a slot or from `owned`. It
+// stays where it was made (`payload` may point into `owned`, whose short-string characters
+// would move with it).
 struct Outgoing {
+  Outgoing() = default;
+  Outgoing(const Outgoing&) = delete;
+  Outgoing& operator=(const Outgoing&) = delete;
   uint8_t header[kFrameHeaderBytes];
   const std::byte* payload = nullptr;
   size_t payload_bytes = 0;
-  size_t done = 0;  // bytes of header + payload written
+  size_t done = 0;  // bytes of header + payload (+ tag) written
   bool data = false;
   std::string owned;  // a control frame's payload
-  size_t total() const { return kFrameHeaderBytes + payload_bytes; }
+  uint8_t tag[tcp::kTagBytes];
+  size_t tag_bytes = 0;  // kTagBytes when the link protects its frames (wire.h)
+  size_t total() const { return kFrameHeaderBytes + payload_bytes + tag_bytes; }
 };
 
 struct PostedMessage {
@@ -140,6 +166,7 @@ struct Link {
   // `received`.
   std::mutex recv_mu;
   std::string broken;  // why the rank thread found the connection broken (under recv_mu)
+  bool broken_frame = false;  // ... and it was a frame that failed its check (under recv_mu)
   std::atomic<bool> has_broken{false};
   std::atomic<uint64_t> received{0};
   std::atomic<uint64_t> released{0};
@@ -151,12 +178,28 @@ struct Link {
   size_t in_payload_bytes = 0;
   std::string control_in;
   uint64_t recv_sequence = 0;
+  uint8_t in_tag[tcp::kTagBytes];
+  size_t in_tag_bytes = 0;
+
+  // Frame protection (CommOptions::wire), one seal per direction: null under kAuthenticate.
+  std::unique_ptr<tcp::WireSeal> send_seal;  // under send_mu
+  std::unique_ptr<tcp::WireSeal> recv_seal;  // under recv_mu
+
+  // The peer's answer to this rank's last census probe (kProbeReply), written by whichever
+  // thread read it, before `answered` is set to the probed call + 1.
+  std::atomic<uint64_t> answered{0};
+  std::atomic<uint64_t> reply_started{0};
+  std::atomic<int64_t> reply_active{-1};
+  std::atomic<int32_t> reply_waiting_for{-1};
+  std::atomic<int64_t> reply_idle_ms{-1};
+  std::atomic<bool> reply_failed{false};
 };
 
 // An accepted or dialed connection that has not finished its handshake.
 struct Pending {
   UniqueFd fd;
   int peer = -1;  // dialed: the peer; accepted: unknown until the claim is read
+  int claimed = -1;  // accepted: the peer rank its claim names, once read
   bool connecting = false;
   std::unique_ptr<Handshake> handshake;
   Clock::time_point deadline;
@@ -190,13 +233,18 @@ class TcpTransport final : public ControlledTransport {
     return !links_[Index(peer)]->dead.load(std::memory_order_acquire);
   }
   std::string DescribeDeath(int peer) const override;
+  bool DiedUnheard(int peer) const override {
+    const Link& l = *links_[Index(peer)];
+    return l.dead.load(std::memory_order_acquire) && !l.ready.load(std::memory_order_acquire);
+  }
 
   void Fail(const Status& status) override;
   void Reject(uint64_t call_index, const std::string& reason) override;
   Doorbell& doorbell() override { return bell_ != nullptr ? *bell_ : control_.bell(rank_); }
   bool PeerActive(int, uint64_t) const override { return false; }
-  // Which ranks have not started a call is not visible across hosts without extra traffic.
-  std::string Absentees(uint64_t) const override { return ""; }
+  Beacon& beacon() override { return beacon_ != nullptr ? *beacon_ : control_.beacon(rank_); }
+  // Asks every peer's progress thread (kProbe) and waits for the answers until `until`.
+  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
 
  private:
   static size_t Index(int peer) { return static_cast<size_t>(peer); }
@@ -207,6 +255,9 @@ class TcpTransport final : public ControlledTransport {
   // Both threads: writes what is queued on `l` (under send_mu) until the socket is full. The
   // newest posted frame's payload comes from `newest_from` if given (the caller's memory).
   Flush FlushLocked(Link& l, const std::byte* newest_from = nullptr);
+  // Under send_mu: makes the next control frame, or the next posted data frame, l.current.
+  void StartControlFrame(Link& l);
+  void StartDataFrame(Link& l, const std::byte* newest_from);
   // Rank thread, under send_mu, after FlushLocked(l, caller): makes frame `frame` stop
   // referring to the caller's memory by copying what is not yet written into its slot.
   void KeepRestInSlot(Link& l, uint64_t frame, const std::byte* caller, std::byte* slot);
@@ -221,6 +272,23 @@ class TcpTransport final : public ControlledTransport {
   void Adopt(int fd, int peer);
   bool Dialing(int peer) const;
   void Drop(uint64_t id, const std::string& why);
+  // Accepted connections that have not claimed a peer yet.
+  size_t Strangers() const;
+  void PushOutStranger();
+  void DropOldest(bool (*which)(const Pending& p, int claimed), int claimed, const char* why);
+  // Checks an acceptor's claim as soon as it is read: a claim for this communicator from a
+  // lower rank not yet connected keeps its place; anything else is dropped at once.
+  bool Claimed(uint64_t id, Pending& p);
+  // accept() or socket() found no descriptor: pause accepting, and give up when it lasts.
+  void OutOfDescriptors(const std::string& what);
+  // Progress thread, at the end, for at most kLastFlush in all: a rank that failed finishes
+  // the handshakes under way (so that those peers get its kFail too), writes what is queued,
+  // and waits until its peers have it before the sockets close.
+  void CloseGracefully();
+  void FinishHandshakes(Clock::time_point until);
+  void Dispatch(const epoll_event& event);
+  void FlushBeforeClosing(Clock::time_point until);
+  void Linger(Clock::time_point until);
   enum class ReadOutcome { kBlocked, kFull, kClosed, kBroken, kBadFrame };
   // Either thread, under recv_mu: reads frames until the socket is empty, the slots are full or
   // the connection breaks (`why` says how).
@@ -228,6 +296,10 @@ class TcpTransport final : public ControlledTransport {
   void Read(int peer);          // progress thread
   void ReadFromRank(int peer);  // rank thread
   void OnControl(int peer, const FrameHeader& h, const std::string& payload);
+  // The group's failure for a frame from `peer` that failed validation.
+  Status BadFrame(int peer, const std::string& why) const;
+  // This rank's own entry of a census.
+  PeerState OwnState();
   void KillLink(int peer, const std::string& why);
   void Watch(int fd, uint64_t id, uint32_t events, bool add);
   // Registers the events `peer`'s link needs: input unless paused, output while blocked.
@@ -244,12 +316,17 @@ class TcpTransport final : public ControlledTransport {
   const std::chrono::milliseconds handshake_timeout_;
   const uint64_t comm_id_;
   Doorbell* const bell_;
+  Beacon* const beacon_;
+  const tcp::WireCipher cipher_;
   UniqueFd listener_;
   UniqueFd wake_;
   UniqueFd epoll_;
   std::vector<std::unique_ptr<Link>> links_;
-  std::map<uint64_t, Pending> pending_;  // progress thread
+  std::map<uint64_t, Pending> pending_;  // progress thread; ids grow, so oldest first
   uint64_t next_pending_ = 0;
+  LogLimiter log_;                                      // progress thread
+  std::optional<Clock::time_point> accept_paused_until_;  // progress thread
+  std::optional<Clock::time_point> short_of_descriptors_since_;
   std::atomic<bool> stop_{false};
   std::thread progress_;
 };
@@ -266,9 +343,12 @@ TcpTransport::TcpTransport(std::unique_ptr<void, decltype(&std::free)> control_m
       handshake_timeout_(config.handshake_timeout),
       comm_id_(comm_id),
       bell_(config.bell),
+      beacon_(config.beacon),
+      cipher_(config.cipher),
       listener_(std::move(listener)),
       wake_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+      epoll_(epoll_create1(EPOLL_CLOEXEC)),
+      log_("chorus tcp rank " + std::to_string(config.connect.rank)) {
   for (Address& a : addresses) {
     links_.push_back(std::make_unique<Link>());
     links_.back()->address = std::move(a);
@@ -349,9 +429,9 @@ void TcpTransport::KeepRestInSlot(Link& l, uint64_t frame, const std::byte* call
   if (l.data_started <= frame) {  // not started: frames ahead of it still wait
     if (bytes > 0) std::memcpy(slot, caller, bytes);
   } else if (l.current && l.current->payload == caller) {  // partly written
-    const size_t done =
-        l.current->done > kFrameHeaderBytes ? l.current->done - kFrameHeaderBytes : 0;
-    std::memcpy(slot + done, caller + done, bytes - done);
+    const size_t done = std::min(
+        bytes, l.current->done > kFrameHeaderBytes ? l.current->done - kFrameHeaderBytes : 0);
+    if (done < bytes) std::memcpy(slot + done, caller + done, bytes - done);
     l.current->payload = slot;
   }
 }
@@ -389,51 +469,77 @@ std::string TcpTransport::DescribeDeath(int peer) const {
   return "rank " + std::to_string(peer) + " (" + l.address.text + ") " + l.death;
 }
 
+void TcpTransport::StartControlFrame(Link& l) {
+  ControlFrame& c = l.control_out.front();
+  Outgoing& out = l.current.emplace();  // in place: `payload` will point into `owned`
+  FrameHeader h;
+  h.type = c.type;
+  h.comm_id = comm_id_;
+  h.sequence = l.send_sequence++;  // the frame's place on the wire, known only now
+  h.tag.call_index = c.call_index;
+  h.length = c.payload.size();
+  tcp::EncodeFrameHeader(h, out.header);
+  out.owned = std::move(c.payload);
+  l.control_out.pop_front();
+  out.payload = reinterpret_cast<const std::byte*>(out.owned.data());
+  out.payload_bytes = out.owned.size();
+  if (l.send_seal) {
+    auto* text = reinterpret_cast<std::byte*>(out.owned.data());
+    l.send_seal->Seal(h.sequence, out.header, text, text, out.payload_bytes, out.tag);
+    out.tag_bytes = tcp::kTagBytes;
+  }
+}
+
+void TcpTransport::StartDataFrame(Link& l, const std::byte* newest_from) {
+  Outgoing& out = l.current.emplace();
+  const uint64_t index = l.data_started % static_cast<uint64_t>(depth_);
+  const PostedMessage& pm = l.posted_messages[index];
+  const uint64_t sequence = l.send_sequence++;
+  tcp::EncodeFrameHeader({FrameType::kData, comm_id_, sequence, pm.tag, pm.bytes}, out.header);
+  const bool newest = l.data_started + 1 == l.posted.load(std::memory_order_relaxed);
+  std::byte* slot = l.send_slots.get() + index * slot_bytes_;
+  out.payload = newest && newest_from != nullptr ? newest_from : slot;
+  out.payload_bytes = pm.bytes;
+  out.data = true;
+  if (l.send_seal) {
+    // Sealed now, while the caller's memory (if that is the source) is still valid; an
+    // encrypted payload goes out of the slot, which then holds the ciphertext.
+    const bool encrypt = l.send_seal->cipher() != tcp::WireCipher::kPoly1305;
+    l.send_seal->Seal(sequence, out.header, out.payload, encrypt ? slot : nullptr,
+                      out.payload_bytes, out.tag);
+    if (encrypt) out.payload = slot;
+    out.tag_bytes = tcp::kTagBytes;
+  }
+  ++l.data_started;
+}
+
 Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
   while (l.fd >= 0) {
     if (!l.current) {
-      Outgoing out;
-      // The sequence number is the frame's place on the wire, known only now.
       if (!l.control_out.empty()) {
-        ControlFrame& c = l.control_out.front();
-        FrameHeader h;
-        h.type = c.type;
-        h.comm_id = comm_id_;
-        h.sequence = l.send_sequence++;
-        h.tag.call_index = c.call_index;
-        h.length = c.payload.size();
-        tcp::EncodeFrameHeader(h, out.header);
-        out.owned = std::move(c.payload);
-        l.control_out.pop_front();
-        out.payload = reinterpret_cast<const std::byte*>(out.owned.data());
-        out.payload_bytes = out.owned.size();
+        StartControlFrame(l);
       } else if (l.data_started < l.posted.load(std::memory_order_acquire)) {
-        const uint64_t index = l.data_started % static_cast<uint64_t>(depth_);
-        const PostedMessage& pm = l.posted_messages[index];
-        tcp::EncodeFrameHeader({FrameType::kData, comm_id_, l.send_sequence++, pm.tag, pm.bytes},
-                               out.header);
-        const bool newest = l.data_started + 1 == l.posted.load(std::memory_order_relaxed);
-        out.payload = newest && newest_from != nullptr ? newest_from
-                                                       : l.send_slots.get() + index * slot_bytes_;
-        out.payload_bytes = pm.bytes;
-        out.data = true;
-        ++l.data_started;
+        StartDataFrame(l, newest_from);
       } else {
         return Flush::kDone;
       }
-      l.current = std::move(out);
     }
     Outgoing& out = *l.current;
-    iovec iov[2];
+    iovec iov[3];
     int count = 0;
     if (out.done < kFrameHeaderBytes) {
       iov[count++] = {out.header + out.done, kFrameHeaderBytes - out.done};
     }
-    const size_t payload_done = out.done > kFrameHeaderBytes ? out.done - kFrameHeaderBytes : 0;
+    const size_t payload_done =
+        std::min(out.payload_bytes, out.done > kFrameHeaderBytes ? out.done - kFrameHeaderBytes : 0);
     if (payload_done < out.payload_bytes) {
       iov[count++] = {const_cast<std::byte*>(out.payload + payload_done),
                       out.payload_bytes - payload_done};
     }
+    const size_t tag_done = out.done > kFrameHeaderBytes + out.payload_bytes
+                                ? out.done - kFrameHeaderBytes - out.payload_bytes
+                                : 0;
+    if (tag_done < out.tag_bytes) iov[count++] = {out.tag + tag_done, out.tag_bytes - tag_done};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(count);
@@ -481,12 +587,12 @@ std::string FailPayload(const Status& s) {
 
 void TcpTransport::Fail(const Status& status) {
   if (control_.failed()) return;
-  control_.Fail(status);
+  control_.Fail(status);  // seq_cst, against Adopt's check of it (see there)
   doorbell().Ring();
   // Only ranks that are connected need telling: the others learn it from their neighbours, or
   // at their own next wait on this rank.
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank_ && link(peer).ready.load(std::memory_order_acquire)) {
+    if (peer != rank_ && link(peer).ready.load(std::memory_order_seq_cst)) {
       QueueControl(peer, FrameType::kFail, 0, FailPayload(status));
     }
   }
@@ -503,6 +609,70 @@ void TcpTransport::Reject(uint64_t call_index, const std::string& reason) {
   Broadcast(FrameType::kReject, call_index, reason.substr(0, tcp::kMaxControlBytes), -1);
 }
 
+PeerState TcpTransport::OwnState() {
+  PeerState me;
+  me.started = control_.started(rank_);
+  me.active = control_.active(rank_);
+  const Beacon& b = beacon();
+  me.waiting_for = b.waiting_for.load(std::memory_order_relaxed) - 1;
+  const int64_t beat = b.beat_ns.load(std::memory_order_relaxed);
+  if (beat != 0) {
+    me.idle_seconds = std::max(
+        0.0, std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(beat))
+                 .count());
+  }
+  return me;
+}
+
+std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until) {
+  std::vector<PeerState> states(static_cast<size_t>(size()));
+  states[Index(rank_)] = OwnState();
+  // Only the lower rank of a pair dials, so a lower peer never connected cannot be asked; a
+  // higher one is dialled now (a stopped process accepts in the kernel but never answers).
+  auto askable = [&](int peer) {
+    const Link& l = link(peer);
+    return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
+           (peer > rank_ || l.ready.load(std::memory_order_acquire));
+  };
+  for (int peer = 0; peer < size(); ++peer) {
+    if (!askable(peer)) continue;
+    link(peer).wanted.store(true, std::memory_order_release);
+    QueueControl(peer, FrameType::kProbe, call_index, "");
+  }
+  Wake();
+  auto all_answered = [&] {
+    for (int peer = 0; peer < size(); ++peer) {
+      if (askable(peer) && link(peer).answered.load(std::memory_order_acquire) != call_index + 1) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (!all_answered() && Clock::now() < until) {
+    doorbell().Sleep(all_answered, std::min(until, Clock::now() + std::chrono::milliseconds(10)));
+  }
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    Link& l = link(peer);
+    PeerState& s = states[Index(peer)];
+    if (l.dead.load(std::memory_order_acquire)) {
+      s.alive = false;
+    } else if (!askable(peer)) {
+      s.known = false;
+    } else if (l.answered.load(std::memory_order_acquire) != call_index + 1) {
+      s.answered = false;
+    } else {
+      s.started = l.reply_started.load(std::memory_order_relaxed);
+      s.active = l.reply_active.load(std::memory_order_relaxed);
+      s.waiting_for = l.reply_waiting_for.load(std::memory_order_relaxed);
+      const int64_t idle = l.reply_idle_ms.load(std::memory_order_relaxed);
+      s.idle_seconds = idle < 0 ? -1.0 : static_cast<double>(idle) / 1000;
+      s.failed = l.reply_failed.load(std::memory_order_relaxed);
+    }
+  }
+  return states;
+}
+
 // ---------------------------------------------------------------- progress thread
 
 void TcpTransport::Loop() {
@@ -513,6 +683,8 @@ void TcpTransport::Loop() {
     Clock::time_point wake_at =
         poll_soon ? Clock::now() + std::chrono::milliseconds(1) : Clock::time_point::max();
     for (const auto& [id, p] : pending_) wake_at = std::min(wake_at, p.deadline);
+    if (accept_paused_until_) wake_at = std::min(wake_at, *accept_paused_until_);
+    if (const auto flush = log_.NextFlush()) wake_at = std::min(wake_at, *flush);
     int timeout_ms = -1;
     if (wake_at != Clock::time_point::max()) {
       const auto left =
@@ -520,26 +692,131 @@ void TcpTransport::Loop() {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1000));
     }
     const int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
-    for (int i = 0; i < n; ++i) {
-      const uint64_t id = events[i].data.u64;
-      if (id == static_cast<uint64_t>(Source::kListener)) {
-        Accept();
-      } else if (id == static_cast<uint64_t>(Source::kWake)) {
-        uint64_t count;
-        [[maybe_unused]] ssize_t r = read(wake_.get(), &count, sizeof(count));
-      } else if (id >= kPendingBase) {
-        Advance(id, events[i].events);
-      } else if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
-        Read(static_cast<int>(id - kLinkBase));
-      }
-    }
+    for (int i = 0; i < n; ++i) Dispatch(events[i]);
     const Clock::time_point now = Clock::now();
     std::vector<uint64_t> expired;
     for (const auto& [id, p] : pending_) {
       if (now >= p.deadline) expired.push_back(id);
     }
     for (uint64_t id : expired) Drop(id, "did not finish its handshake in time");
+    if (accept_paused_until_ && now >= *accept_paused_until_) {
+      accept_paused_until_.reset();
+      Watch(listener_.get(), static_cast<uint64_t>(Source::kListener), EPOLLIN, true);
+      Accept();
+    }
+    log_.Flush(now);
     poll_soon = ServiceLinks();
+  }
+  CloseGracefully();
+}
+
+// A rank that fails and returns at once must not leave its peers with only its hang-up: the
+// kFail naming the cause goes out first, to every peer it can reach.
+void TcpTransport::CloseGracefully() {
+  const Clock::time_point until = Clock::now() + kLastFlush;
+  if (control_.failed()) FinishHandshakes(until);
+  FlushBeforeClosing(until);
+  Linger(until);
+}
+
+// A peer whose link is still in its handshake (or still queued on the listener) would
+// otherwise see only a reset, and, if no other link of its own reaches a rank that knows, wait
+// for its deadline. Adopt() queues the kFail on each link it completes. Strangers are handled
+// as always, and can hold this up no longer than `until`.
+void TcpTransport::FinishHandshakes(Clock::time_point until) {
+  Accept();
+  epoll_event events[64];
+  while (!pending_.empty()) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0) return;
+    const int n =
+        epoll_wait(epoll_.get(), events, 64, static_cast<int>(std::min<int64_t>(left, 10)));
+    for (int i = 0; i < n; ++i) {
+      Dispatch(events[i]);
+      // Loop() flushes every link after its events; here only the ones that became writable
+      // (the level would wake this loop again and again otherwise), and nothing is dialled.
+      const uint64_t id = events[i].data.u64;
+      if (id >= kLinkBase && id < kPendingBase && (events[i].events & EPOLLOUT)) {
+        const int peer = static_cast<int>(id - kLinkBase);
+        if (link(peer).dead.load(std::memory_order_relaxed)) continue;
+        Flush result;
+        {
+          std::lock_guard<std::mutex> lock(link(peer).send_mu);
+          result = FlushLocked(link(peer));
+        }
+        Interest(peer, result == Flush::kBlocked);
+      }
+    }
+  }
+}
+
+// One epoll event: a connection to accept, the wake-up, a handshake's step, or a link's input.
+// A link's output is flushed by the caller.
+void TcpTransport::Dispatch(const epoll_event& event) {
+  const uint64_t id = event.data.u64;
+  if (id == static_cast<uint64_t>(Source::kListener)) {
+    Accept();
+  } else if (id == static_cast<uint64_t>(Source::kWake)) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t r = read(wake_.get(), &count, sizeof(count));
+  } else if (id >= kPendingBase) {
+    Advance(id, event.events);
+  } else if (event.events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) {
+    Read(static_cast<int>(id - kLinkBase));
+  }
+}
+
+void TcpTransport::FlushBeforeClosing(Clock::time_point until) {
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_) continue;
+    Link& l = link(peer);
+    if (!l.ready.load(std::memory_order_acquire) || l.dead.load(std::memory_order_acquire)) {
+      continue;
+    }
+    for (;;) {
+      Flush result;
+      {
+        std::lock_guard<std::mutex> lock(l.send_mu);
+        result = FlushLocked(l);
+      }
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+      if (result != Flush::kBlocked || left <= 0) break;
+      pollfd writable{.fd = l.fd, .events = POLLOUT, .revents = 0};
+      if (poll(&writable, 1, static_cast<int>(left)) <= 0) break;
+    }
+  }
+}
+
+// A socket closed with unread input resets its connection, and a reset throws away what the
+// peer has not yet been sent: its kFail, say. So each link says it is done writing, drops what
+// still comes in, and is closed only when the peer has acknowledged every byte written to it.
+void TcpTransport::Linger(Clock::time_point until) {
+  std::vector<pollfd> open;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == rank_ || link(peer).fd < 0) continue;
+    shutdown(link(peer).fd, SHUT_WR);
+    open.push_back({.fd = link(peer).fd, .events = POLLIN, .revents = 0});
+  }
+  char scratch[4096];
+  while (!open.empty()) {
+    for (size_t i = 0; i < open.size();) {
+      ssize_t n;
+      do {
+        n = recv(open[i].fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+      } while (n > 0);
+      int unacknowledged = 0;
+      const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+      if (gone || (ioctl(open[i].fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0)) {
+        open[i] = open.back();
+        open.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (open.empty() || left <= 0) return;
+    poll(open.data(), open.size(), static_cast<int>(std::min<int64_t>(left, 5)));
   }
 }
 
@@ -604,33 +881,122 @@ bool TcpTransport::Dialing(int peer) const {
 }
 
 void TcpTransport::Accept() {
-  for (;;) {
+  while (!accept_paused_until_) {
     const int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a transient error: the next event retries
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        OutOfDescriptors(Errno("accept"));
+      }
+      return;  // EAGAIN: nothing more queued
+    }
+    short_of_descriptors_since_.reset();
     Pending p;
     p.fd = UniqueFd(fd);
     p.name = PeerName(fd);
-    // A flood of connections that never finish their handshake must not grow without bound;
-    // every genuine peer dials at most once, so a few more than the group size suffice.
-    if (pending_.size() >= static_cast<size_t>(size()) + kMaxStrangers) {
-      std::fprintf(stderr,
-                   "chorus tcp rank %d: dropped connection from %s: %zu handshakes already "
-                   "pending\n",
-                   rank_, p.name.c_str(), pending_.size());
-      continue;
-    }
     p.handshake = std::make_unique<Handshake>(secret_, Handshake::Role::kAcceptor);
     p.deadline = Clock::now() + handshake_timeout_;
     const uint64_t id = kPendingBase + next_pending_++;
     Watch(fd, id, EPOLLIN | EPOLLRDHUP, true);
     pending_.emplace(id, std::move(p));
+    if (Strangers() > kMaxStrangers) PushOutStranger();
   }
+}
+
+void TcpTransport::PushOutStranger() {
+  // The oldest first, after a last look at what it sent (a peer's claim may be waiting in its
+  // socket behind a burst of strangers): one that has said who it is stays.
+  for (size_t tries = 0; tries < 8 && Strangers() > kMaxStrangers; ++tries) {
+    uint64_t oldest = 0;
+    for (const auto& [id, p] : pending_) {
+      if (p.peer < 0 && p.claimed < 0) {
+        oldest = id;
+        break;
+      }
+    }
+    if (oldest == 0) return;
+    Advance(oldest, EPOLLIN);
+    auto it = pending_.find(oldest);
+    if (it != pending_.end() && it->second.claimed < 0) {
+      Drop(oldest, "pushed out by newer connections before it said who it is");
+    }
+  }
+}
+
+size_t TcpTransport::Strangers() const {
+  size_t n = 0;
+  for (const auto& [id, p] : pending_) n += p.peer < 0 && p.claimed < 0 ? 1 : 0;
+  return n;
+}
+
+void TcpTransport::DropOldest(bool (*which)(const Pending& p, int claimed), int claimed,
+                              const char* why) {
+  for (const auto& [id, p] : pending_) {
+    if (which(p, claimed)) return Drop(id, why);
+  }
+}
+
+bool TcpTransport::Claimed(uint64_t id, Pending& p) {
+  const std::string expected_head = std::string(kClaimPrefix) + " " + Hex64(comm_id_) + " ";
+  const std::string& claim = p.handshake->claim();
+  int from = -1;
+  int to = -1;
+  if (claim.rfind(expected_head, 0) != 0 ||
+      std::sscanf(claim.c_str() + expected_head.size(), "%d %d", &from, &to) != 2 ||
+      to != rank_ || from < 0 || from >= rank_ ||
+      link(from).ready.load(std::memory_order_relaxed) ||
+      link(from).dead.load(std::memory_order_relaxed)) {
+    Drop(id, "unexpected claim \"" + claim.substr(0, 80) + "\"");
+    return false;
+  }
+  p.claimed = from;
+  size_t same = 0;
+  for (const auto& [other_id, q] : pending_) same += q.claimed == from ? 1 : 0;
+  if (same > kMaxPerClaim) {
+    DropOldest([](const Pending& q, int c) { return q.claimed == c; }, from,
+               "pushed out by newer connections claiming the same rank");
+    return pending_.count(id) != 0;
+  }
+  return true;
+}
+
+void TcpTransport::OutOfDescriptors(const std::string& what) {
+  const Clock::time_point now = Clock::now();
+  if (!short_of_descriptors_since_) {
+    short_of_descriptors_since_ = now;
+    log_.Note("this rank:0", "out of file descriptors (" + what + "); accepting paused",
+              "connection");
+  }
+  if (now - *short_of_descriptors_since_ >= kDescriptorPatience) {
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    Fail(Unavailable("tcp: rank " + std::to_string(rank_) +
+                     " ran out of file descriptors and cannot take connections from its peers (" +
+                     what + "; the limit is " + std::to_string(limit.rlim_cur) +
+                     ": raise it with ulimit -n)"));
+  }
+  // The connection stays queued and would wake the level-triggered loop forever: stop
+  // listening for a moment.
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+  accept_paused_until_ = now + kAcceptPause;
 }
 
 void TcpTransport::Dial(int peer) {
   Link& l = link(peer);
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
+    // This rank's own shortage, not the peer's fault: say so, and on this rank.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      rlimit limit{};
+      getrlimit(RLIMIT_NOFILE, &limit);
+      const std::string why = Errno("socket");
+      Fail(Unavailable("tcp: rank " + std::to_string(rank_) +
+                       " ran out of file descriptors and cannot connect to rank " +
+                       std::to_string(peer) + " (" + why + "; the limit is " +
+                       std::to_string(limit.rlim_cur) + ": raise it with ulimit -n)"));
+      KillLink(peer, "could not be dialled: this rank ran out of file descriptors (" + why + ")");
+      return;
+    }
     KillLink(peer, "could not be dialled (" + Errno("socket") + ")");
     return;
   }
@@ -665,8 +1031,7 @@ void TcpTransport::Drop(uint64_t id, const std::string& why) {
     // A connection this rank dialled: the peer itself is unreachable or not who it claims.
     KillLink(p.peer, why);
   } else {
-    std::fprintf(stderr, "chorus tcp rank %d: dropped connection from %s: %s\n", rank_,
-                 p.name.c_str(), why.c_str());
+    log_.Note(p.name, why);
   }
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, p.fd.get(), nullptr);
   pending_.erase(it);
@@ -710,7 +1075,7 @@ void TcpTransport::Advance(uint64_t id, uint32_t events) {
     char buffer[512];
     const ssize_t n = recv(p.fd.get(), buffer, std::min(want, sizeof(buffer)), MSG_DONTWAIT);
     if (n == 0) {
-      Drop(id, p.peer >= 0 ? "closed the connection during the handshake (a different secret?)"
+      Drop(id, p.peer >= 0 ? "closed the connection during the handshake (it exited, or it has a different secret)"
                            : "closed the connection during the handshake");
       return;
     }
@@ -723,26 +1088,26 @@ void TcpTransport::Advance(uint64_t id, uint32_t events) {
       Drop(id, s.message());
       return;
     }
+    if (p.peer < 0 && p.claimed < 0 && h.claimed() && !Claimed(id, p)) return;
   }
-  // Authenticated. An acceptor checks what the dialer claims to be.
+  // Authenticated. An acceptor took the peer from its claim (checked when it came, and again
+  // now: another connection for the same rank may have won meanwhile).
   int peer = p.peer;
   if (peer < 0) {
-    const std::string expected_head = std::string(kClaimPrefix) + " " + Hex64(comm_id_) + " ";
-    const std::string& claim = h.claim();
-    int from = -1;
-    int to = -1;
-    if (claim.rfind(expected_head, 0) == 0 &&
-        std::sscanf(claim.c_str() + expected_head.size(), "%d %d", &from, &to) == 2 &&
-        to == rank_ && from >= 0 && from < rank_ &&
-        !link(from).ready.load(std::memory_order_relaxed) &&
-        !link(from).dead.load(std::memory_order_relaxed)) {
-      peer = from;
-    } else {
-      Drop(id, "unexpected claim \"" + claim + "\"");
+    peer = p.claimed;
+    if (peer < 0 || link(peer).ready.load(std::memory_order_relaxed) ||
+        link(peer).dead.load(std::memory_order_relaxed)) {
+      Drop(id, "unexpected claim \"" + h.claim().substr(0, 80) + "\"");
       return;
     }
   }
-  // The link owns the socket from now on.
+  // The link owns the socket from now on, and the keys that protect its frames.
+  if (cipher_ != tcp::WireCipher::kNone) {
+    Link& l = link(peer);
+    const bool dialer = p.peer >= 0;
+    l.send_seal = std::make_unique<tcp::WireSeal>(cipher_, h.SessionKey(dialer));
+    l.recv_seal = std::make_unique<tcp::WireSeal>(cipher_, h.SessionKey(!dialer));
+  }
   const int fd = p.fd.Release();
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   pending_.erase(it);
@@ -762,7 +1127,12 @@ void TcpTransport::Adopt(int fd, int peer) {
     l.fd = fd;
   }
   Interest(peer, false);
-  l.ready.store(true, std::memory_order_release);
+  // A failure recorded before this link was up went only to the links up then: tell this
+  // peer too, or it would see only the hang-up when this rank exits. The store of `ready` and
+  // Fail's load of it, Fail's store of the failure and this load of it are all seq_cst, so at
+  // least one of the two sends it (a second kFail is ignored).
+  l.ready.store(true, std::memory_order_seq_cst);
+  if (control_.failed()) QueueControl(peer, FrameType::kFail, 0, FailPayload(control_.failure()));
   doorbell().Ring();
   Read(peer);  // the peer may have sent frames right behind its handshake
 }
@@ -834,6 +1204,26 @@ TcpTransport::ReadOutcome TcpTransport::ReadLocked(int peer, std::string* why) {
       }
       l.in_payload_bytes += static_cast<size_t>(n);
     }
+    if (l.recv_seal) {
+      while (l.in_tag_bytes < tcp::kTagBytes) {
+        const ssize_t n =
+            recv(l.fd, l.in_tag + l.in_tag_bytes, tcp::kTagBytes - l.in_tag_bytes, MSG_DONTWAIT);
+        if (n == 0) return ReadOutcome::kClosed;
+        if (n < 0) {
+          if (errno == EAGAIN || errno == EINTR) return ReadOutcome::kBlocked;
+          *why = "lost its connection (" + Errno("recv") + ")";
+          return ReadOutcome::kBroken;
+        }
+        l.in_tag_bytes += static_cast<size_t>(n);
+      }
+      l.in_tag_bytes = 0;
+      // l.in_header still holds this frame's header bytes: the next header is read only now.
+      if (!l.recv_seal->Open(h.sequence, l.in_header, target, h.length, l.in_tag)) {
+        *why = "frame " + std::to_string(h.sequence) +
+               " fails its integrity check (changed on the way, or not sent by that rank)";
+        return ReadOutcome::kBadFrame;
+      }
+    }
     l.in_payload = false;
     if (h.type == FrameType::kData) {
       l.arrived[received % static_cast<uint64_t>(depth_)] = h;
@@ -854,7 +1244,7 @@ void TcpTransport::Read(int peer) {
     outcome = ReadLocked(peer, &why);
     if (!l.broken.empty() && outcome == ReadOutcome::kBlocked) {
       why = l.broken;  // the rank thread met it first
-      outcome = ReadOutcome::kBroken;
+      outcome = l.broken_frame ? ReadOutcome::kBadFrame : ReadOutcome::kBroken;
     }
   }
   switch (outcome) {
@@ -876,11 +1266,26 @@ void TcpTransport::Read(int peer) {
       return KillLink(peer, "closed its connection (exited?)");
     case ReadOutcome::kBroken:
       return KillLink(peer, why);
-    case ReadOutcome::kBadFrame:
+    case ReadOutcome::kBadFrame: {
+      // The group's failure goes out first, on this link too (through whatever sits on the
+      // path), so that the sender learns why; then the link is closed.
+      Fail(BadFrame(peer, why));
+      {
+        std::lock_guard<std::mutex> lock(l.send_mu);
+        FlushLocked(l);
+      }
       KillLink(peer, why);
-      Fail(Internal("tcp: rank " + std::to_string(peer) + " " + why));
       return;
+    }
   }
+}
+
+Status TcpTransport::BadFrame(int peer, const std::string& why) const {
+  const std::string what =
+      "tcp: rank " + std::to_string(rank_) + " got from rank " + std::to_string(peer) + ": " + why;
+  // A frame that fails its check was changed on the way: the link cannot be trusted, which is
+  // not a bug in chorus.
+  return why.find("integrity") != std::string::npos ? Unavailable(what) : Internal(what);
 }
 
 void TcpTransport::ReadFromRank(int peer) {
@@ -902,8 +1307,9 @@ void TcpTransport::ReadFromRank(int peer) {
       break;
     case ReadOutcome::kBadFrame:
       l.broken = why;
+      l.broken_frame = true;  // the progress thread sends the failure before it closes the link
       lock.unlock();
-      Fail(Internal("tcp: rank " + std::to_string(peer) + " " + why));
+      Fail(BadFrame(peer, why));
       break;
   }
   l.has_broken.store(true, std::memory_order_release);
@@ -911,6 +1317,37 @@ void TcpTransport::ReadFromRank(int peer) {
 }
 
 void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& payload) {
+  if (h.type == FrameType::kProbe) {
+    // Answered by whichever thread reads it, so a rank busy outside chorus still answers.
+    const PeerState me = OwnState();
+    const std::string reply = std::to_string(me.started) + " " + std::to_string(me.active) + " " +
+                              std::to_string(me.waiting_for) + " " +
+                              std::to_string(static_cast<int64_t>(me.idle_seconds * 1000)) +
+                              (control_.failed() ? " 1" : " 0");
+    QueueControl(peer, FrameType::kProbeReply, h.tag.call_index, reply);
+    Wake();
+    return;
+  }
+  if (h.type == FrameType::kProbeReply) {
+    Link& l = link(peer);
+    unsigned long long started = 0;
+    long long active = -1;
+    int waiting_for = -1;
+    long long idle_ms = -1;
+    int failed = 0;
+    if (std::sscanf(payload.c_str(), "%llu %lld %d %lld %d", &started, &active, &waiting_for,
+                    &idle_ms, &failed) != 5) {
+      return;  // an authenticated peer of another version: no verdict from it
+    }
+    l.reply_started.store(started, std::memory_order_relaxed);
+    l.reply_active.store(active, std::memory_order_relaxed);
+    l.reply_waiting_for.store(waiting_for, std::memory_order_relaxed);
+    l.reply_idle_ms.store(idle_ms, std::memory_order_relaxed);
+    l.reply_failed.store(failed != 0, std::memory_order_relaxed);
+    l.answered.store(h.tag.call_index + 1, std::memory_order_release);
+    doorbell().Ring();
+    return;
+  }
   if (h.type == FrameType::kReject) {
     control_.Reject(peer, h.tag.call_index, payload);
     doorbell().Ring();

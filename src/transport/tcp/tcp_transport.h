@@ -39,6 +39,7 @@
 
 #include "chorus/store.h"
 #include "rendezvous/auth.h"
+#include "transport/tcp/wire.h"
 #include "transport/transport.h"
 
 namespace chorus::internal {
@@ -53,6 +54,10 @@ struct TcpConfig {
   // The doorbell to ring on arrivals instead of the transport's own: a hybrid transport's
   // (transport/hybrid.h), so that one wait covers both of its transports.
   Doorbell* bell = nullptr;
+  // The beacon this rank's waits refresh, when not the transport's own (the hybrid's shm one).
+  Beacon* beacon = nullptr;
+  // How frames are protected after the handshake (CommOptions::wire; the same on every rank).
+  tcp::WireCipher cipher = tcp::WireCipher::kNone;
 };
 
 // Listens, publishes this rank's address through `store`, learns the others' and starts the

@@ -1,0 +1,132 @@
+// The verdict of a census (see census.h).
+#include "transport/census.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace chorus::internal {
+namespace {
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string list = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
+  }
+  return list;
+}
+
+const char* Is(const std::vector<int>& ranks) { return ranks.size() == 1 ? " is" : " are"; }
+
+std::string Seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", s);
+  return text;
+}
+
+}  // namespace
+
+namespace {
+
+enum class Standing { kFine, kWaiting, kSilent, kDead, kAbsent, kIdle, kUnknown };
+
+Standing StandingOf(const PeerState& s, uint64_t call, double idle_limit) {
+  if (!s.known) return Standing::kUnknown;
+  if (!s.answered) return Standing::kSilent;
+  if (!s.alive) return Standing::kDead;
+  if (s.failed) return Standing::kFine;  // it gave up already: a survivor, not the cause
+  const bool in_call = s.active == static_cast<int64_t>(call);
+  // Still in an earlier call, waiting: it is held up by someone else, whom the chain follows.
+  const bool held_up = s.active >= 0 && s.active < static_cast<int64_t>(call) && s.waiting_for >= 0;
+  if (s.started <= call && !held_up) return Standing::kAbsent;
+  if ((in_call || held_up) && s.idle_seconds > idle_limit) return Standing::kIdle;
+  if ((in_call || held_up) && s.waiting_for >= 0) return Standing::kWaiting;
+  return Standing::kFine;
+}
+
+std::string Why(Standing standing, const std::vector<int>& ranks,
+                const std::vector<PeerState>& states, uint64_t call) {
+  const std::string who = RankList(ranks) + Is(ranks) + " behind: ";
+  switch (standing) {
+    case Standing::kSilent:
+      return who + "no answer from " + (ranks.size() == 1 ? "it" : "them") +
+             " (stopped, hung, or cut off)";
+    case Standing::kDead:
+      return who + "exited";
+    case Standing::kAbsent: {
+      std::string text = who + "not in call #" + std::to_string(call);
+      if (ranks.size() == 1) {
+        const uint64_t started = states[static_cast<size_t>(ranks[0])].started;
+        text += " (it has started " + std::to_string(started) + (started == 1 ? " call" : " calls");
+        text += started == call ? ", so it is busy outside chorus or stopped)" : ")";
+      }
+      return text;
+    }
+    case Standing::kIdle: {
+      double longest = 0;
+      for (int r : ranks) longest = std::max(longest, states[static_cast<size_t>(r)].idle_seconds);
+      return who + "in call #" + std::to_string(call) + " but no sign of life for " +
+             Seconds(longest) + " (stopped, or starved of CPU)";
+    }
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+std::string Blame(const std::vector<PeerState>& states, int me, uint64_t call, double waited) {
+  const int p = static_cast<int>(states.size());
+  // A rank that waits refreshes its beacon every sleep slice; one that has been quiet for a
+  // good part of the time this rank waited has stopped, or gets no CPU.
+  const double idle_limit = std::max(0.25, waited / 4);
+  // First the chain of waits that starts here: it leads to the cause when it can be followed.
+  std::vector<bool> seen(static_cast<size_t>(p), false);
+  std::vector<int> chain{me};
+  seen[static_cast<size_t>(me)] = true;
+  int unreachable = -1;  // the rank the chain ran into but could not ask
+  for (;;) {
+    const int next = states[static_cast<size_t>(chain.back())].waiting_for;
+    if (next < 0 || next >= p) {
+      if (chain.size() == 1) break;
+      return "rank " + std::to_string(chain.back()) + " is behind: in call #" +
+             std::to_string(call) + " and waiting on nobody (busy, or slow)";
+    }
+    if (seen[static_cast<size_t>(next)]) {
+      std::vector<int> cycle(std::find(chain.begin(), chain.end(), next), chain.end());
+      std::sort(cycle.begin(), cycle.end());
+      return RankList(cycle) + " wait on each other in a cycle in call #" + std::to_string(call);
+    }
+    const Standing standing = StandingOf(states[static_cast<size_t>(next)], call, idle_limit);
+    if (standing == Standing::kWaiting) {
+      seen[static_cast<size_t>(next)] = true;
+      chain.push_back(next);
+      continue;
+    }
+    if (standing == Standing::kUnknown) {
+      unreachable = next;
+      break;
+    }
+    if (standing == Standing::kFine) break;
+    return Why(standing, {next}, states, call);
+  }
+  // Else whoever stands out in the whole group, the most telling kind first.
+  for (Standing standing :
+       {Standing::kSilent, Standing::kDead, Standing::kAbsent, Standing::kIdle}) {
+    std::vector<int> ranks;
+    for (int r = 0; r < p; ++r) {
+      if (r != me && StandingOf(states[static_cast<size_t>(r)], call, idle_limit) == standing) {
+        ranks.push_back(r);
+      }
+    }
+    if (!ranks.empty()) return Why(standing, ranks, states, call);
+  }
+  if (unreachable >= 0) {
+    const int waiter = chain.back();
+    return "rank " + std::to_string(unreachable) +
+           " is behind: " + (waiter == me ? "this rank" : "rank " + std::to_string(waiter)) +
+           " waits on it, and it cannot be asked from here";
+  }
+  return "";
+}
+
+}  // namespace chorus::internal

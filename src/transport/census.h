@@ -1,0 +1,44 @@
+// Who is behind: the view a rank takes of its group when a wait times out, and the verdict
+// drawn from it.
+//
+// A deadline error that names only the peer a rank waited on often blames a survivor: in a
+// ring every rank waits on its neighbour, so the first to time out names a rank that waits
+// too. So on a deadline the rank takes a census (Transport::Census): for every rank, how many
+// calls it has started, whether it is in this call, whom it waits on, and how long since its
+// last sign of life (its waits refresh a Beacon at least every sleep slice). Thread and shm
+// ranks read each other's control blocks; TCP ranks ask their peers' progress threads, and a
+// rank whose process is stopped does not answer.
+//
+// Blame() follows the chain of waits that starts at this rank (whom it waits on, whom that rank
+// waits on, ...) to the first rank that did not answer, has exited, has not entered the call,
+// shows no sign of life, or waits on nobody, or to the cycle it runs into. Where the chain
+// cannot be followed (a rank that cannot be asked), it names whoever stands out in the group,
+// in that order.
+//
+// Thread safety: plain values and a pure function.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chorus::internal {
+
+struct PeerState {
+  bool known = true;         // false: the transport cannot tell (then nothing else is set)
+  bool answered = true;      // false: asked, but no answer came (a stopped or hung process)
+  bool alive = true;         // false: known to have exited
+  bool failed = false;       // it has given up on the group already (a survivor, not a cause)
+  uint64_t started = 0;      // calls it has started
+  int64_t active = -1;       // the call it is running, or -1 between calls
+  int waiting_for = -1;      // the peer it is blocked on, or -1
+  double idle_seconds = -1;  // since its last sign of life; -1 when it never waited
+};
+
+// "rank 2 is behind: it has not entered call #41 (it has started 41 calls)", or "" when the
+// census points at nobody. `me` took the census of `states` (indexed by rank) about `call`
+// after waiting `waited` seconds; states[me].waiting_for is the peer its wait was on.
+std::string Blame(const std::vector<PeerState>& states, int me, uint64_t call, double waited);
+
+}  // namespace chorus::internal

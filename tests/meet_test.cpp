@@ -1,0 +1,240 @@
+// Job isolation in the meeting (core/meet.h): ranks of different jobs never form one
+// communicator on a shared store; a clash fails fast on every rank with a message that says so;
+// rounds left by finished, failed or crashed meetings do not disturb later ones.
+#include "core/meet.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "support/group.h"
+#include "support/store_process.h"
+
+namespace chorus {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+struct Process {
+  std::string job;  // "A" or "B": what the rank contributes tells the jobs apart
+  int rank;
+  int size;
+  milliseconds start_after;
+};
+
+// Each process joins `url` as its rank, then all-reduces its job's marker (A: 1, B: 100) and
+// reports "ok <sum>" or "fail <seconds> <status>".
+std::vector<std::string> RunProcesses(const std::vector<Process>& processes, const std::string& url,
+                                      bool with_job_ids, milliseconds timeout,
+                                      TransportKind kind = TransportKind::kShm) {
+  const auto exits =
+      testing::ForkRanks(static_cast<int>(processes.size()), [&](int i) -> std::string {
+        const Process& me = processes[static_cast<size_t>(i)];
+        std::this_thread::sleep_for(me.start_after);
+        CommOptions o = testing::GroupOptions(kind, me.rank, me.size, url);
+        o.timeout = timeout;
+        if (with_job_ids) o.job_id = me.job;
+        const auto start = Clock::now();
+        auto comm = Communicator::Create(o);
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        if (!comm.ok()) {
+          return "fail " + std::to_string(seconds) + " " + comm.status().ToString();
+        }
+        std::vector<int32_t> v(64, me.job == "A" ? 1 : 100);
+        const Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+        if (!s.ok()) return "call failed: " + s.ToString();
+        return "ok " + std::to_string(v[0]);
+      });
+  std::vector<std::string> reports;
+  for (const auto& e : exits) reports.push_back(e.report);
+  if (std::getenv("CHORUS_TEST_VERBOSE")) {
+    for (const auto& r : reports) std::printf("  %s\n", r.c_str());
+  }
+  return reports;
+}
+
+// What a rank of `p`'s job reports when its communicator holds its own job's ranks only; any
+// other sum (101, 201, ...) would be a communicator of two jobs.
+std::string OwnJobSum(const Process& p) {
+  return "ok " + std::to_string(p.size * (p.job == "A" ? 1 : 100));
+}
+
+// The reproduction: two 2-rank jobs, one file store, started A0, B0, B1, A1 0.4 s apart. Before,
+// they formed A0+B1 and B0+A1 and every all-reduce returned the other job's data.
+TEST(JobIsolation, InterleavedJobsWithoutIdsFailFastAndNeverMix) {
+  const testing::TempDir dir;
+  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
+                                          {"B", 0, 2, milliseconds(400)},
+                                          {"B", 1, 2, milliseconds(800)},
+                                          {"A", 1, 2, milliseconds(1200)}};
+  const auto reports = RunProcesses(processes, dir.url(), false, std::chrono::seconds(20));
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const std::string& r = reports[i];
+    SCOPED_TRACE("process " + std::to_string(i) + ": " + r);
+    // Never a communicator of two jobs.
+    if (r.rfind("ok ", 0) == 0) {
+      EXPECT_EQ(r, OwnJobSum(processes[i]));
+      continue;
+    }
+    EXPECT_THAT(r, HasSubstr("FAILED_PRECONDITION"));
+    EXPECT_THAT(r, HasSubstr("two jobs share this store and name"));
+    // Fast: long before the 20 s deadline.
+    EXPECT_LT(std::stod(r.substr(5)), 8.0);
+  }
+}
+
+TEST(JobIsolation, InterleavedJobsWithIdsEachMeetTheirOwn) {
+  const testing::TempDir dir;
+  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
+                                          {"B", 0, 2, milliseconds(400)},
+                                          {"B", 1, 2, milliseconds(800)},
+                                          {"A", 1, 2, milliseconds(1200)}};
+  const auto reports = RunProcesses(processes, dir.url(), true, std::chrono::seconds(20));
+  EXPECT_EQ(reports[0], "ok 2");
+  EXPECT_EQ(reports[1], "ok 200");
+  EXPECT_EQ(reports[2], "ok 200");
+  EXPECT_EQ(reports[3], "ok 2");
+}
+
+// The same over one TCP store (and the TCP transport) with one secret.
+TEST(JobIsolation, InterleavedJobsOnOneTcpStore) {
+  const testing::StoreProcess server({.secret = testing::kTestSecret});
+  ASSERT_TRUE(server.ok());
+  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
+                                          {"B", 0, 2, milliseconds(400)},
+                                          {"B", 1, 2, milliseconds(800)},
+                                          {"A", 1, 2, milliseconds(1200)}};
+  const auto reports =
+      RunProcesses(processes, server.url(), false, std::chrono::seconds(20), TransportKind::kTcp);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const std::string& r = reports[i];
+    if (r.rfind("ok ", 0) == 0) {
+      EXPECT_EQ(r, OwnJobSum(processes[i]));
+    } else {
+      EXPECT_THAT(r, HasSubstr("two jobs share this store")) << r;
+    }
+  }
+}
+
+// Jobs of different sizes on one store and name: whoever meets a rank of the other job fails
+// fast naming both sizes. A rank that comes only after the others of its job have failed waits
+// alone in a fresh round, and its deadline error then tells of the clash before it.
+TEST(JobIsolation, JobsOfDifferentSizesFailFastOrNameTheClash) {
+  const testing::TempDir dir;
+  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
+                                          {"B", 1, 3, milliseconds(300)},
+                                          {"B", 2, 3, milliseconds(300)},
+                                          {"A", 1, 2, milliseconds(600)},
+                                          {"B", 0, 3, milliseconds(900)}};
+  const auto reports = RunProcesses(processes, dir.url(), false, std::chrono::seconds(8));
+  int fast = 0;
+  bool named_sizes = false;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const std::string& r = reports[i];
+    if (r.rfind("ok ", 0) == 0) {
+      EXPECT_EQ(r, OwnJobSum(processes[i]));
+      continue;
+    }
+    EXPECT_THAT(r, HasSubstr("two jobs share this store")) << r;
+    named_sizes = named_sizes || r.find("with size") != std::string::npos;
+    if (r.find("FAILED_PRECONDITION") != std::string::npos) {
+      ++fast;
+      EXPECT_LT(std::stod(r.substr(5)), 5.0) << r;
+    } else {
+      EXPECT_THAT(r, HasSubstr("DEADLINE_EXCEEDED")) << r;
+      EXPECT_THAT(r, HasSubstr("an earlier meeting of communicator")) << r;
+    }
+  }
+  EXPECT_TRUE(named_sizes);
+  EXPECT_GE(fast, 3);
+}
+
+// Jobs one after another on a lasting store: each meets in a fresh round.
+TEST(JobIsolation, JobsOneAfterAnotherOnOneFileStore) {
+  const testing::TempDir dir;
+  for (const char* job : {"A", "B", "A"}) {
+    const std::vector<Process> processes = {{job, 0, 2, milliseconds(0)},
+                                            {job, 1, 2, milliseconds(0)}};
+    const auto reports = RunProcesses(processes, dir.url(), false, std::chrono::seconds(20));
+    const std::string want = std::string(job) == "A" ? "ok 2" : "ok 200";
+    EXPECT_EQ(reports[0], want);
+    EXPECT_EQ(reports[1], want);
+  }
+}
+
+// A meeting that failed (rank 1 never came) or crashed (rank 0 killed while waiting) does not
+// hold up the next job on the store.
+TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
+  const testing::TempDir dir;
+  // Failed: rank 0 alone, 1 s timeout.
+  auto lonely = RunProcesses({{"A", 0, 2, milliseconds(0)}}, dir.url(), false, milliseconds(1000));
+  EXPECT_THAT(lonely[0], HasSubstr("DEADLINE_EXCEEDED")) << lonely[0];
+  EXPECT_THAT(lonely[0], HasSubstr("rank 1 to join")) << lonely[0];
+  // Crashed: rank 0 killed mid-meeting, its record still claiming the seat.
+  const pid_t crashed = fork();
+  if (crashed == 0) {
+    CommOptions o = testing::GroupOptions(TransportKind::kShm, 0, 2, dir.url());
+    o.timeout = std::chrono::seconds(60);
+    Communicator::Create(o).status().IgnoreError();
+    _exit(0);
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  kill(crashed, SIGKILL);
+  waitpid(crashed, nullptr, 0);
+  const auto start = Clock::now();
+  const auto reports = RunProcesses({{"B", 0, 2, milliseconds(0)}, {"B", 1, 2, milliseconds(0)}},
+                                    dir.url(), false, std::chrono::seconds(20));
+  EXPECT_EQ(reports[0], "ok 200");
+  EXPECT_EQ(reports[1], "ok 200");
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// torchrun's MASTER_ADDR:MASTER_PORT given to two jobs: the second job's rank 0 cannot serve
+// the port, and its rank 1, which reached the first job's store, fails at once naming that job.
+TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
+  auto port_probe = TcpStoreServer::Start({.secret = "probe"});
+  ASSERT_TRUE(port_probe.ok());
+  const uint16_t port = (*port_probe)->port();
+  port_probe->reset();
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  const auto exits = testing::ForkRanks(4, [&](int i) -> std::string {
+    const bool second = i >= 2;
+    std::this_thread::sleep_for(milliseconds(second ? 500 : 0));
+    CommOptions o = testing::GroupOptions(TransportKind::kShm, i % 2, 2, url);
+    o.host_store = true;
+    o.job_id = second ? "job-B" : "job-A";
+    o.timeout = std::chrono::seconds(20);
+    const auto start = Clock::now();
+    auto comm = Communicator::Create(o);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (!second) {
+      if (!comm.ok()) return "first job: " + comm.status().ToString();
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // keep the store up meanwhile
+      return "";
+    }
+    if (comm.ok()) return "the second job formed a communicator";
+    if (seconds > 5) return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
+    const std::string want = i == 2 ? "another job serving its store on this port"
+                                    : "is served by rank 0 of another job";
+    return comm.status().message().find(want) == std::string::npos
+               ? "unclear: " + comm.status().ToString()
+               : "";
+  });
+  for (size_t i = 0; i < exits.size(); ++i)
+    EXPECT_TRUE(exits[i].ok()) << i << ": " << exits[i].report;
+}
+
+}  // namespace
+}  // namespace chorus

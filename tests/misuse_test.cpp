@@ -1,0 +1,256 @@
+// Misuse answered alike on every rank, on every transport: a rank that rejects its arguments,
+// ranks that disagree on the call, a zero count against a non-zero one, bad options. The code
+// alone tells every rank whether the communicator is still usable: kInvalidArgument means it
+// is (every rank abandoned the call), anything else means it is failed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "support/group.h"
+
+namespace chorus {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+using testing::RunGroup;
+
+std::string Expect(bool ok, const std::string& what) { return ok ? "" : what + "\n"; }
+
+std::string Check(const Status& s, StatusCode code, const std::string& needle,
+                  const std::string& what) {
+  if (s.code() == code && s.message().find(needle) != std::string::npos) return "";
+  return what + ": expected " + std::string(StatusCodeName(code)) + " with \"" + needle +
+         "\", got " + s.ToString() + "\n";
+}
+
+std::string Join(const std::vector<std::string>& reports) {
+  std::string all;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    if (!reports[r].empty()) all += "rank " + std::to_string(r) + ": " + reports[r] + "\n";
+  }
+  return all;
+}
+
+class Misuse : public ::testing::TestWithParam<TransportKind> {
+ protected:
+  CommOptions Options(milliseconds timeout = std::chrono::seconds(20)) const {
+    return {.timeout = timeout, .wait = testing::TestWaitMode()};
+  }
+};
+
+// Rank 0 rejects call #0 (a null buffer) and goes straight on to call #1; the others enter
+// call #0 only afterwards. Every rank gets kInvalidArgument for call #0 (the peers' names
+// rank 0 and its reason), and call #1 then runs correctly everywhere: the communicator stays
+// usable. Ten rounds, each with the rejecting rank far ahead.
+TEST_P(Misuse, RejectedCallIsAbandonedByEveryRankAndTheNextCallWorks) {
+  constexpr int kRanks = 4;
+  const auto reports = RunGroup(
+      GetParam(), kRanks,
+      [](Communicator& comm) -> std::string {
+        std::string problems;
+        for (int round = 0; round < 10; ++round) {
+          std::vector<float> v(64, float(comm.rank() + 1));
+          Status first;
+          if (comm.rank() == 0) {
+            first = comm.AllReduce({nullptr, 64, DataType::kFloat32},
+                                   {v.data(), 64, DataType::kFloat32}, ReduceOp::kSum);
+            problems += Check(first, StatusCode::kInvalidArgument, "send.data is null",
+                              "round " + std::to_string(round) + " rejecting rank");
+          } else {
+            std::this_thread::sleep_for(milliseconds(round % 2 == 0 ? 50 : 0));
+            first = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+            problems += Check(first, StatusCode::kInvalidArgument,
+                              "rank 0 rejected this call (allreduce: send.data is null",
+                              "round " + std::to_string(round) + " peer");
+            v.assign(64, float(comm.rank() + 1));
+          }
+          const Status second = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+          problems +=
+              Check(second, StatusCode::kOk, "", "round " + std::to_string(round) + " next call");
+          problems += Expect(v == std::vector<float>(64, 10.0f),
+                             "round " + std::to_string(round) + ": wrong sum after a rejection");
+          if (!second.ok()) return problems;
+        }
+        problems += Expect(comm.health().ok(), "health: " + comm.health().ToString());
+        return problems;
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+// Rank 1 passes count 0 where the others pass 8. It must not return at once: every rank meets
+// the mismatch in this call and fails with kFailedPrecondition; the communicator is failed.
+TEST_P(Misuse, ZeroCountOnOneRankFailsTheCallOnEveryRank) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        std::vector<float> v(8, 1.0f);
+        const size_t n = comm.rank() == 1 ? 0 : 8;
+        const Status s = comm.AllReduce({v.data(), n, DataType::kFloat32},
+                                        {v.data(), n, DataType::kFloat32}, ReduceOp::kSum);
+        return Check(s, StatusCode::kFailedPrecondition, "ranks disagree on the call", "call") +
+               Check(comm.health(), StatusCode::kFailedPrecondition, "count 0", "health");
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Every rank rejects the same call: nothing moves, nothing waits, the communicator is usable.
+TEST_P(Misuse, CallRejectedByEveryRankLeavesTheCommunicatorUsable) {
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        std::vector<float> v(9, 1.0f);
+        const Status bad =
+            comm.AllGather({v.data(), 3, DataType::kFloat32}, {v.data(), 8, DataType::kFloat32});
+        std::vector<float> w(6, 1.0f);
+        const Status good = comm.AllReduce(std::span<float>(w), ReduceOp::kSum);
+        return Check(bad, StatusCode::kInvalidArgument, "recv.count (8) != size (3)", "bad") +
+               Check(good, StatusCode::kOk, "", "next call") +
+               Expect(w == std::vector<float>(6, 3.0f), "wrong sum");
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+// Ranks that disagree on the count, the collective, the type or the op: kFailedPrecondition on
+// every rank, both sides named, and the communicator failed with the same code.
+TEST_P(Misuse, RanksThatDisagreeOnTheCallGetFailedPreconditionEverywhere) {
+  struct Case {
+    const char* name;
+    Status (*call)(Communicator&);
+  };
+  const Case cases[] = {
+      {"count",
+       [](Communicator& c) {
+         std::vector<float> v(c.rank() == 0 ? 16 : 8, 1.0f);
+         return c.AllReduce(std::span<float>(v), ReduceOp::kSum);
+       }},
+      {"collective",
+       [](Communicator& c) {
+         std::vector<float> a(8, 1.0f), b(8 * static_cast<size_t>(c.size()));
+         return c.rank() == 0 ? c.AllReduce(std::span<float>(a), ReduceOp::kSum)
+                              : c.AllGather(std::span<const float>(a), std::span<float>(b));
+       }},
+      {"dtype",
+       [](Communicator& c) {
+         std::vector<int32_t> v(8, 1);
+         return c.AllReduce({v.data(), 8, c.rank() == 0 ? DataType::kInt32 : DataType::kFloat32},
+                            {v.data(), 8, c.rank() == 0 ? DataType::kInt32 : DataType::kFloat32},
+                            ReduceOp::kSum);
+       }},
+      {"op",
+       [](Communicator& c) {
+         std::vector<float> v(8, 1.0f);
+         return c.AllReduce(std::span<float>(v), c.rank() == 0 ? ReduceOp::kMax : ReduceOp::kSum);
+       }},
+  };
+  for (const Case& c : cases) {
+    const auto reports = RunGroup(
+        GetParam(), 2,
+        [&](Communicator& comm) -> std::string {
+          const Status s = c.call(comm);
+          return Check(s, StatusCode::kFailedPrecondition, "ranks disagree on the call", c.name) +
+                 Check(comm.health(), StatusCode::kFailedPrecondition, "disagree",
+                       std::string(c.name) + " health");
+        },
+        Options());
+    EXPECT_EQ(Join(reports), "") << c.name;
+  }
+}
+
+// A root outside the group is the rejecting rank's mistake: it gets kInvalidArgument, and so
+// does every rank that needed it in the call (a broadcast's root and the ranks it reaches
+// through it); a rank that needed nothing from it may complete the call, with the right data.
+// Every rank abandons nothing else: the calls after it work everywhere.
+TEST_P(Misuse, ARootOutsideTheGroupIsRejectedAndTheNextCallsWork) {
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        std::vector<float> v(8, float(comm.rank()));
+        const int root = comm.rank() == 1 ? 3 : 0;
+        const Status s = comm.Broadcast(std::span<float>(v), root);
+        std::string problems;
+        if (comm.rank() == 1) {
+          problems += Check(s, StatusCode::kInvalidArgument, "root (3) must be in [0, size (3))",
+                            "broadcast with root 3");
+        } else if (!s.ok()) {
+          problems += Check(s, StatusCode::kInvalidArgument, "rank 1", "broadcast beside it");
+        } else {
+          problems += Expect(v == std::vector<float>(8, 0.0f), "completed with the wrong data");
+        }
+        problems += Expect(comm.Barrier().ok(), "the barrier after it failed");
+        std::vector<float> r(8, 1.0f);
+        const Status reduced = comm.Reduce(std::span<float>(r), ReduceOp::kSum, 2);
+        problems += Expect(reduced.ok() && (comm.rank() != 2 || r == std::vector<float>(8, 3.0f)),
+                           "the reduce after it: " + reduced.ToString());
+        return problems;
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+// Ranks that pass different roots: the first message that crosses carries its sender's root,
+// and its receiver fails the group with kFailedPrecondition naming both calls. A rank that had
+// sent all it had to (a root over TCP) may have returned first; its next call fails with it.
+TEST_P(Misuse, RanksThatDisagreeOnTheRootGetFailedPreconditionEverywhere) {
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        std::vector<float> v(8, float(comm.rank()));
+        const int root = comm.rank() == 1 ? 1 : 0;  // rank 1 thinks it is the root
+        Status s = comm.Broadcast(std::span<float>(v), root, {.algorithm = "chain"});
+        if (s.ok()) s = comm.Barrier();
+        // Over TCP the failure floods along the links that are up; a rank not yet connected to
+        // the ranks that know it may instead find one of them gone, which it names.
+        if (GetParam() == TransportKind::kTcp && s.code() == StatusCode::kUnavailable) {
+          const bool named = s.message().find("rank 1 (") != std::string::npos ||
+                             s.message().find("rank 2 (") != std::string::npos;
+          return named ? "" : "a peer's exit, not named: " + s.ToString();
+        }
+        return Check(s, StatusCode::kFailedPrecondition, "ranks disagree on the call", "root") +
+               Check(comm.health(), StatusCode::kFailedPrecondition, "disagree", "health");
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Misuse,
+                         ::testing::Values(TransportKind::kThread, TransportKind::kShm,
+                                           TransportKind::kTcp),
+                         [](const auto& param_info) {
+                           return testing::TransportParamName(param_info.param);
+                         });
+
+TEST(BadOptions, AnUnknownAlgorithmIsRefusedWhenTheCommunicatorIsMade) {
+  const auto local = CreateLocalGroup(2, {.algorithm = "bogus"});
+  EXPECT_EQ(local.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(local.status().message(),
+              HasSubstr("CreateLocalGroup: options.algorithm (\"bogus\") is not one of: "));
+  EXPECT_THAT(local.status().message(), HasSubstr("ring"));
+  CommOptions o{.algorithm = "bogus"};
+  o.rank = 0;
+  o.size = 1;
+  o.store = MakeHashStore();
+  const auto created = Communicator::Create(o);
+  EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(created.status().message(), HasSubstr("Create: options.algorithm (\"bogus\")"));
+  EXPECT_TRUE(CreateLocalGroup(2, {.algorithm = "ring"}).ok());
+}
+
+TEST(BadOptions, AnUnknownWaitModeIsRefused) {
+  const auto local = CreateLocalGroup(2, {.wait = static_cast<WaitMode>(9)});
+  EXPECT_EQ(local.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(local.status().message(), HasSubstr("options.wait (9) is not a chorus::WaitMode"));
+}
+
+}  // namespace
+}  // namespace chorus

@@ -1,0 +1,122 @@
+// The Waiter (core/wait.h): what a wait returns when what it waits for and what interrupts it
+// come together, the checked sleep mode's lost wake-up, and deadlines.
+#include "core/wait.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace chorus::internal {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A peer that posted its last message and exited: the wait sees the exit (interrupted) before
+// it looks again at the message. It must take the message, not report the peer gone. Before
+// the fix this returned kInterrupted, and a rank whose peer finished normally failed with
+// "rank 1 exited while this rank waited for data from it" (the TSan run of make test).
+TEST(Waiter, WhatInterruptsAWaitDoesNotHideWhatItWaitedFor) {
+  for (const WaitPolicy& policy : {WaitPolicy::For(64), WaitPolicy::For(1),
+                                   WaitPolicy::SleepOnly(false), WaitPolicy::PollOnly()}) {
+    Waiter waiter(policy);
+    waiter.StartCall(milliseconds(1000));
+    Doorbell bell;
+    int polls = 0;
+    bool posted = false;
+    auto ready = [&] { return posted; };
+    auto interrupted = [&] {
+      // The peer posts and exits between the wait's look at the message and this check.
+      posted = true;
+      return ++polls > 0;
+    };
+    EXPECT_EQ(waiter.Wait(ready, interrupted, bell), WaitResult::kReady);
+  }
+}
+
+TEST(Waiter, InterruptedWhenNothingCame) {
+  Waiter waiter(WaitPolicy::For(64));
+  waiter.StartCall(milliseconds(1000));
+  Doorbell bell;
+  EXPECT_EQ(waiter.Wait([] { return false; }, [] { return true; }, bell), WaitResult::kInterrupted);
+}
+
+TEST(Waiter, TimesOutAtTheCallsDeadline) {
+  Waiter waiter(WaitPolicy::SleepOnly(true));
+  waiter.StartCall(milliseconds(120));
+  Doorbell bell;
+  const auto start = Clock::now();
+  EXPECT_EQ(waiter.Wait([] { return false; }, [] { return false; }, bell), WaitResult::kTimedOut);
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, milliseconds(120));
+  EXPECT_LT(took, milliseconds(1000));
+}
+
+// The checked sleep mode: a change that rings the doorbell wakes the waiter; one that does not
+// is a lost wake-up, reported as such once the ring grace has passed.
+TEST(Waiter, CheckedSleepWakesOnARingAndReportsAChangeWithoutOne) {
+  for (bool ring : {true, false}) {
+    Waiter waiter(WaitPolicy::SleepOnly(true));
+    waiter.StartCall(milliseconds(10000));
+    Doorbell bell;
+    std::atomic<bool> flag{false};
+    std::thread changer([&] {
+      std::this_thread::sleep_for(milliseconds(20));
+      flag.store(true);
+      if (ring) bell.Ring();
+    });
+    const auto start = Clock::now();
+    const WaitResult r = waiter.Wait([&] { return flag.load(); }, [] { return false; }, bell);
+    changer.join();
+    if (ring) {
+      EXPECT_EQ(r, WaitResult::kReady);
+      EXPECT_LT(Clock::now() - start, Waiter::kSleepSlice);  // woken, not found by a re-poll
+    } else {
+      EXPECT_EQ(r, WaitResult::kLostWakeup);
+      EXPECT_GE(Clock::now() - start, Waiter::kRingGrace);
+    }
+  }
+}
+
+// A ring that trails its change (the changer was preempted in between) is not a lost wake-up.
+TEST(Waiter, ALateRingIsNotALostWakeup) {
+  Waiter waiter(WaitPolicy::SleepOnly(true));
+  waiter.StartCall(milliseconds(10000));
+  Doorbell bell;
+  std::atomic<bool> flag{false};
+  std::thread changer([&] {
+    std::this_thread::sleep_for(milliseconds(10));
+    flag.store(true);
+    std::this_thread::sleep_for(Waiter::kSleepSlice + milliseconds(100));
+    bell.Ring();
+  });
+  EXPECT_EQ(waiter.Wait([&] { return flag.load(); }, [] { return false; }, bell),
+            WaitResult::kReady);
+  changer.join();
+}
+
+// The beacon says whom a blocked wait waits on, and lets go when it returns.
+TEST(Waiter, TheBeaconShowsWhomTheRankWaitsOn) {
+  Beacon beacon;
+  Waiter waiter(WaitPolicy::SleepOnly(false), &beacon);
+  waiter.StartCall(milliseconds(5000));
+  Doorbell bell;
+  std::atomic<bool> flag{false};
+  std::atomic<int> seen{-1};
+  std::thread watcher([&] {
+    while (beacon.waiting_for.load() == 0) std::this_thread::yield();
+    seen = beacon.waiting_for.load() - 1;
+    flag.store(true);
+    bell.Ring();
+  });
+  EXPECT_EQ(waiter.Wait([&] { return flag.load(); }, [] { return false; }, bell, 3),
+            WaitResult::kReady);
+  watcher.join();
+  EXPECT_EQ(seen.load(), 3);
+  EXPECT_EQ(beacon.waiting_for.load(), 0);
+  EXPECT_NE(beacon.beat_ns.load(), 0);
+}
+
+}  // namespace
+}  // namespace chorus::internal
