@@ -15,6 +15,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "chorus/communicator.h"
 #include "core/env.h"
@@ -292,6 +294,113 @@ TEST_F(TuningTest, EnvironmentChoosesTheFile) {
   Result<Tuning> t = TuningFromFile(bad);
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr(bad + ":2: tcp: missing beta_gbps"));
+}
+
+// ---------------------------------------------------------------- fitting (chorus tune)
+// Synthetic timings, so the fit's answer is known exactly and no test depends on a clock.
+
+// T(n) = alpha + n/2 * beta at the sizes chorus tune measures.
+std::vector<FitSample> Line(double alpha_us, double beta_gbps) {
+  std::vector<FitSample> samples;
+  for (double bytes : {64.0, 1024.0, 8192.0, 65536.0, 262144.0, 1048576.0, 4194304.0}) {
+    samples.push_back({bytes, alpha_us * 1e-6 + bytes / 2 / (beta_gbps * 1e9)});
+  }
+  return samples;
+}
+
+TEST(FitAlphaBeta, RecoversAnExactLine) {
+  Result<AlphaBeta> fit = FitAlphaBeta(Line(0.5, 10));
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->alpha_s, 0.5e-6, 1e-12);
+  EXPECT_NEAR(fit->beta_s_per_byte, 1e-10, 1e-16);
+}
+
+TEST(FitAlphaBeta, ANegativeInterceptIsRefittedThroughZero) {
+  // Times that fall below the line at the small sizes would give alpha < 0.
+  std::vector<FitSample> samples = Line(0, 5);
+  samples[0].seconds /= 4;
+  samples[1].seconds /= 2;
+  Result<AlphaBeta> fit = FitAlphaBeta(samples);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_EQ(fit->alpha_s, 0.0);
+  EXPECT_GT(fit->beta_s_per_byte, 0.0);
+}
+
+TEST(FitAlphaBeta, TimesThatDoNotGrowWithTheSizeAreRefusedNamingThem) {
+  // Every call one scheduler tick, as a 2-rank thread call took beside a busy loop.
+  std::vector<FitSample> flat;
+  for (const FitSample& s : Line(0.5, 10)) flat.push_back({s.bytes, 4000e-6 - s.bytes * 1e-12});
+  Result<AlphaBeta> fit = FitAlphaBeta(flat);
+  ASSERT_FALSE(fit.ok());
+  EXPECT_EQ(fit.status().code(), StatusCode::kUnavailable);
+  EXPECT_THAT(fit.status().message(), HasSubstr("do not grow with the size"));
+  EXPECT_THAT(fit.status().message(), HasSubstr("(64 B: 3999.999936 us; 1024 B: "));
+  EXPECT_THAT(fit.status().message(), HasSubstr("run again on a quieter machine"));
+  // No timings at all, or none positive, is refused the same way.
+  EXPECT_FALSE(FitAlphaBeta({}).ok());
+  EXPECT_FALSE(FitAlphaBeta({{64, 0}, {1024, -1}}).ok());
+}
+
+TEST(FitAlphaBeta, LowestPerSizeKeepsTheQuietestRound) {
+  std::vector<FitSample> rounds = Line(0.5, 10);
+  for (const FitSample& s : Line(0.5, 10)) rounds.push_back({s.bytes, s.seconds + 4000e-6});
+  rounds.insert(rounds.begin(), {65536, 1.0});  // a first, slow sample of a later size
+  const std::vector<FitSample> lowest = LowestPerSize(rounds);
+  ASSERT_EQ(lowest.size(), 7u);
+  EXPECT_EQ(lowest[0].bytes, 65536);  // in the order the sizes first appear
+  EXPECT_EQ(lowest[0].seconds, Line(0.5, 10)[3].seconds);
+  Result<AlphaBeta> fit = FitAlphaBeta(lowest);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->alpha_s, 0.5e-6, 1e-12);
+}
+
+TEST(RecordedSamples, ParseTransportsInOrderAndGamma) {
+  Result<RecordedSamples> r = ParseSamples(
+      "# timings\nshm 64 1.5\n\nthread 64 0.5\nshm 1024 2\ngamma_gbps 9.5\n", "t.txt");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->per_transport.size(), 2u);
+  EXPECT_EQ(r->per_transport[0].first, TransportKind::kShm);
+  ASSERT_EQ(r->per_transport[0].second.size(), 2u);
+  EXPECT_EQ(r->per_transport[0].second[1].bytes, 1024);
+  EXPECT_DOUBLE_EQ(r->per_transport[0].second[1].seconds, 2e-6);
+  EXPECT_EQ(r->per_transport[1].first, TransportKind::kThread);
+  EXPECT_EQ(r->gamma_gbps, 9.5);
+}
+
+TEST(RecordedSamples, FormatAndParseRoundTrip) {
+  const std::vector<FitSample> samples = Line(0.38, 25);
+  Result<RecordedSamples> r =
+      ParseSamples(FormatSamples(TransportKind::kTcp, samples), "formatted");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->per_transport.size(), 1u);
+  EXPECT_EQ(r->per_transport[0].first, TransportKind::kTcp);
+  ASSERT_EQ(r->per_transport[0].second.size(), samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    EXPECT_EQ(r->per_transport[0].second[i].bytes, samples[i].bytes);
+    EXPECT_NEAR(r->per_transport[0].second[i].seconds, samples[i].seconds, samples[i].seconds * 1e-9);
+  }
+  EXPECT_EQ(r->gamma_gbps, 0.0);
+}
+
+TEST(RecordedSamples, MalformedLinesNameSourceLineAndProblem) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"thread 64 1\nfast 64 1\n", "t.txt:2: unknown transport \"fast\""},
+      {"thread 64\n", "t.txt:1: expected TRANSPORT BYTES MEDIAN_US"},
+      {"thread 64 1 2\n", "t.txt:1: expected TRANSPORT BYTES MEDIAN_US"},
+      {"thread 6.5 1\n", "t.txt:1: bytes: \"6.5\" is not a positive whole number"},
+      {"thread 0 1\n", "t.txt:1: bytes: \"0\" is not a positive whole number"},
+      {"thread 64 -1\n", "t.txt:1: median_us: \"-1\" is not a positive number"},
+      {"thread 64 x\n", "t.txt:1: median_us: \"x\" is not a positive number"},
+      {"thread 64 1\ngamma_gbps 0\n", "t.txt:2: expected gamma_gbps RATE, a positive number"},
+      {"thread 64 1\ngamma_gbps 1\ngamma_gbps 2\n", "t.txt:3: gamma_gbps given twice"},
+      {"# nothing\n", "t.txt: no timings"},
+  };
+  for (const auto& [text, expected] : cases) {
+    Result<RecordedSamples> r = ParseSamples(text, "t.txt");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(r.status().message(), HasSubstr(expected)) << text;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // trip to within a part in 1e10.
 #include "model/tuning.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <system_error>
@@ -246,6 +248,121 @@ Result<Tuning> TuningFromFile(const std::string& path) {
                            "defaults)");
   }
   return LoadTuning(path);
+}
+
+std::vector<FitSample> LowestPerSize(const std::vector<FitSample>& samples) {
+  std::vector<FitSample> lowest;
+  for (const FitSample& s : samples) {
+    auto same = std::find_if(lowest.begin(), lowest.end(),
+                             [&](const FitSample& l) { return l.bytes == s.bytes; });
+    if (same == lowest.end()) {
+      lowest.push_back(s);
+    } else {
+      same->seconds = std::min(same->seconds, s.seconds);
+    }
+  }
+  return lowest;
+}
+
+Result<AlphaBeta> FitAlphaBeta(const std::vector<FitSample>& samples) {
+  // Weighted least squares of T = alpha + x * beta with x = n / 2 and weights 1 / T^2.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const FitSample& s : samples) {
+    if (!(s.seconds > 0)) continue;
+    const double w = 1.0 / (s.seconds * s.seconds);
+    const double x = s.bytes / 2;
+    sw += w;
+    sx += w * x;
+    sy += w * s.seconds;
+    sxx += w * x * x;
+    sxy += w * x * s.seconds;
+  }
+  const double det = sw * sxx - sx * sx;
+  AlphaBeta fit;
+  bool ok = sxx > 0;
+  if (ok) {
+    if (det > 0) {
+      fit.alpha_s = (sxx * sy - sx * sxy) / det;
+      fit.beta_s_per_byte = (sw * sxy - sx * sy) / det;
+    }
+    if (!(det > 0) || fit.alpha_s < 0) {
+      fit.alpha_s = 0;
+      fit.beta_s_per_byte = sxy / sxx;
+    }
+    ok = fit.beta_s_per_byte > 0 && std::isfinite(fit.beta_s_per_byte);
+  }
+  if (ok) return fit;
+  std::string times;
+  for (const FitSample& s : samples) {
+    if (!times.empty()) times += "; ";
+    times += std::to_string(static_cast<long long>(s.bytes)) + " B: " + Number(s.seconds * 1e6) +
+             " us";
+  }
+  if (times.empty()) times = "no timings";
+  return Unavailable(
+      "the all-gather times do not grow with the size, so they do not fit alpha + n/2 * beta (" +
+      times + "): run again on a quieter machine, or raise --max-bytes");
+}
+
+Result<RecordedSamples> ParseSamples(std::string_view text, const std::string& source) {
+  RecordedSamples recorded;
+  int number = 0;
+  while (!text.empty()) {
+    ++number;
+    const size_t nl = text.find('\n');
+    std::string_view line = Trim(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (line.empty() || line.front() == '#') continue;
+    auto fail = [&](const std::string& what) -> Status {
+      return InvalidArgument(source + ":" + std::to_string(number) + ": " + what);
+    };
+    std::vector<std::string_view> words;
+    while (!(line = Trim(line)).empty()) {
+      const size_t space = line.find_first_of(" \t");
+      words.push_back(line.substr(0, space));
+      line = space == std::string_view::npos ? std::string_view() : line.substr(space);
+    }
+    if (words[0] == "gamma_gbps") {
+      const std::optional<double> gamma = words.size() == 2 ? ParseNumber(words[1]) : std::nullopt;
+      if (!gamma || !(*gamma > 0)) return fail("expected gamma_gbps RATE, a positive number");
+      if (recorded.gamma_gbps > 0) return fail("gamma_gbps given twice");
+      recorded.gamma_gbps = *gamma;
+      continue;
+    }
+    const std::optional<TransportKind> transport = ParseTransport(words[0]);
+    if (!transport) {
+      return fail("unknown transport \"" + std::string(words[0]) +
+                  "\" (expected thread, shm, tcp or gamma_gbps)");
+    }
+    if (words.size() != 3) return fail("expected TRANSPORT BYTES MEDIAN_US");
+    const std::optional<double> bytes = ParseNumber(words[1]);
+    const std::optional<double> us = ParseNumber(words[2]);
+    if (!bytes || !(*bytes > 0) || *bytes != std::floor(*bytes)) {
+      return fail("bytes: \"" + std::string(words[1]) + "\" is not a positive whole number");
+    }
+    if (!us || !(*us > 0)) {
+      return fail("median_us: \"" + std::string(words[2]) + "\" is not a positive number");
+    }
+    auto it = std::find_if(recorded.per_transport.begin(), recorded.per_transport.end(),
+                           [&](const auto& entry) { return entry.first == *transport; });
+    if (it == recorded.per_transport.end()) {
+      recorded.per_transport.emplace_back(*transport, std::vector<FitSample>{});
+      it = std::prev(recorded.per_transport.end());
+    }
+    it->second.push_back({*bytes, *us * 1e-6});
+  }
+  if (recorded.per_transport.empty()) return InvalidArgument(source + ": no timings");
+  return recorded;
+}
+
+std::string FormatSamples(TransportKind transport, const std::vector<FitSample>& samples) {
+  std::string text;
+  for (const FitSample& s : samples) {
+    text += std::string(TransportKindName(transport)) + " " +
+            std::to_string(static_cast<long long>(s.bytes)) + " " + Number(s.seconds * 1e6) +
+            "\n";
+  }
+  return text;
 }
 
 }  // namespace chorus::model

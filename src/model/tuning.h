@@ -23,6 +23,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "chorus/options.h"
 #include "chorus/status.h"
@@ -62,5 +64,48 @@ std::string FormatTuning(const Tuning& tuning, std::string_view comment = {});
 // The tuning CommOptions::tuning_file names: the built-in defaults for "", else the file, which
 // must exist and parse ("options.tuning_file (PATH): no such file").
 Result<Tuning> TuningFromFile(const std::string& path);
+
+// ---------------------------------------------------------------- fitting (chorus tune)
+//
+// `chorus tune` times 2-rank ring all-gathers of n total bytes: one step that moves n/2 bytes,
+// so T(n) = alpha + n/2 * beta. The fit is least squares on the relative error (weights 1/T^2),
+// so the few-byte sizes determine alpha and the large ones beta; a negative alpha is refitted
+// as alpha = 0. Times that do not grow with the size (a machine so busy that every call takes a
+// scheduler tick) fit no positive beta and are refused, with the times in the error.
+
+// One timing: a 2-rank ring all-gather of `bytes` total output bytes took `seconds`.
+struct FitSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct AlphaBeta {
+  double alpha_s = 0;
+  double beta_s_per_byte = 0;
+};
+
+// Keeps the lowest time of each size, in the order sizes first appear: other work on a shared
+// machine only ever adds time.
+std::vector<FitSample> LowestPerSize(const std::vector<FitSample>& samples);
+
+// Fits T = alpha + n/2 * beta to `samples`; kUnavailable when the times do not grow with the
+// size ("the all-gather times do not grow with the size, ... (64 B: 4000.0 us; ...)").
+Result<AlphaBeta> FitAlphaBeta(const std::vector<FitSample>& samples);
+
+// Recorded timings for `chorus tune --samples`, one per line, '#' starts a comment line:
+//
+//   thread 64 0.62            transport, all-gather bytes, median microseconds
+//   gamma_gbps 9.5            optional: the reduction rate instead of timing the kernel
+//
+// `per_transport` keeps the transports in the order they first appear. Errors name the source
+// and the line.
+struct RecordedSamples {
+  std::vector<std::pair<TransportKind, std::vector<FitSample>>> per_transport;
+  double gamma_gbps = 0;  // 0: not given
+};
+Result<RecordedSamples> ParseSamples(std::string_view text, const std::string& source);
+
+// The text ParseSamples reads, for `samples` of `transport` (no gamma line).
+std::string FormatSamples(TransportKind transport, const std::vector<FitSample>& samples);
 
 }  // namespace chorus::model

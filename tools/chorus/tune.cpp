@@ -4,6 +4,8 @@
 //   chorus tune                                 # thread, shm and tcp; writes the default file
 //   chorus tune --transport shm --dry-run       # measure and print only
 //   chorus tune --output /tmp/tuning.conf
+//   chorus tune --save-samples t.txt            # also keep the timings it measured
+//   chorus tune --samples t.txt --dry-run       # fit recorded timings (no measuring)
 //
 // alpha and beta, per transport: 2-rank ring all-gathers of 64 B to 4 MiB, timed by `chorus
 // bench --algo ring --csv` in a child process (bench_child.h), so the ranks run and are timed
@@ -33,9 +35,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_child.h"
@@ -65,46 +70,10 @@ struct TuneFlags {
   std::string transports = "thread,shm,tcp";
   std::string output;
   std::string max_bytes = "4M";
+  std::string samples;       // fit these recorded timings instead of measuring
+  std::string save_samples;  // write the measured timings here
   bool dry_run = false;
 };
-
-struct Sample {
-  double bytes = 0;
-  double seconds = 0;
-};
-
-struct AlphaBeta {
-  double alpha_s = 0;
-  double beta_s_per_byte = 0;
-};
-
-// Weighted least squares of T = alpha + x * beta with x = n / 2 and weights 1 / T^2.
-std::optional<AlphaBeta> Fit(const std::vector<Sample>& samples) {
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const Sample& s : samples) {
-    if (!(s.seconds > 0)) continue;
-    const double w = 1.0 / (s.seconds * s.seconds);
-    const double x = s.bytes / 2;
-    sw += w;
-    sx += w * x;
-    sy += w * s.seconds;
-    sxx += w * x * x;
-    sxy += w * x * s.seconds;
-  }
-  const double det = sw * sxx - sx * sx;
-  if (!(sxx > 0)) return std::nullopt;
-  AlphaBeta fit;
-  if (det > 0) {
-    fit.alpha_s = (sxx * sy - sx * sxy) / det;
-    fit.beta_s_per_byte = (sw * sxy - sx * sy) / det;
-  }
-  if (!(det > 0) || fit.alpha_s < 0) {
-    fit.alpha_s = 0;
-    fit.beta_s_per_byte = sxy / sxx;
-  }
-  if (!(fit.beta_s_per_byte > 0)) return std::nullopt;
-  return fit;
-}
 
 // The fit's sizes up to max_bytes, the whole sweep `rounds` times over.
 std::string SizeList(size_t max_bytes, int rounds) {
@@ -121,8 +90,22 @@ std::string SizeList(size_t max_bytes, int rounds) {
   return list;
 }
 
-// Times 2-rank ring all-gathers over `transport` and fits alpha and beta; prints the samples.
-Result<AlphaBeta> MeasureTransport(const std::string& transport, size_t max_bytes) {
+// Prints the samples next to the fit, and the fit.
+void PrintFit(const std::string& transport, const std::vector<model::FitSample>& samples,
+              const model::AlphaBeta& fit) {
+  std::printf("#  %12s  %12s  %12s\n", "bytes", "median_us", "fit_us");
+  for (const model::FitSample& s : samples) {
+    std::printf("   %12.0f  %12.2f  %12.2f\n", s.bytes, s.seconds * 1e6,
+                (fit.alpha_s + s.bytes / 2 * fit.beta_s_per_byte) * 1e6);
+  }
+  std::printf("%s: alpha %.3g us, beta %.3g GB/s\n", transport.c_str(), fit.alpha_s * 1e6,
+              1e-9 / fit.beta_s_per_byte);
+  std::fflush(stdout);
+}
+
+// Times 2-rank ring all-gathers over `transport`: each size's lowest median over the rounds.
+Result<std::vector<model::FitSample>> MeasureTransport(const std::string& transport,
+                                                       size_t max_bytes) {
   std::printf("# %s: 2-rank ring all-gather, lowest of %d medians by chorus bench --algo ring\n",
               transport.c_str(), kRounds);
   std::fflush(stdout);
@@ -130,39 +113,12 @@ Result<AlphaBeta> MeasureTransport(const std::string& transport, size_t max_byte
       RunBenchChild({"--transport", transport, "-n", "2", "--op", "allgather", "--algo", "ring",
                      "--sizes", SizeList(max_bytes, kRounds), "-w", "3"});
   if (!out.ok()) return out.status();
-  // The lower median of the rounds: a burst of load from elsewhere only ever adds time.
-  std::vector<Sample> samples;
+  std::vector<model::FitSample> samples;
   for (const BenchCsvRow& row : out->rows) {
-    const double bytes = static_cast<double>(row.bytes);
-    auto same = std::find_if(samples.begin(), samples.end(),
-                             [bytes](const Sample& s) { return s.bytes == bytes; });
-    if (same == samples.end()) {
-      samples.push_back({bytes, row.median_us * 1e-6});
-    } else {
-      same->seconds = std::min(same->seconds, row.median_us * 1e-6);
-    }
+    samples.push_back({static_cast<double>(row.bytes), row.median_us * 1e-6});
   }
-  const std::optional<AlphaBeta> fit = Fit(samples);
-  if (!fit) {
-    std::string times;
-    for (const Sample& s : samples) {
-      times += " " + std::to_string(static_cast<long long>(s.bytes)) +
-               " B: " + std::to_string(s.seconds * 1e6) + " us;";
-    }
-    return Unavailable(
-        "the all-gather times do not grow with the size, so they do not fit alpha + n/2 * beta "
-        "(" +
-        times.substr(1) + " run again on a quieter machine, or raise --max-bytes)");
-  }
-  std::printf("#  %12s  %12s  %12s\n", "bytes", "median_us", "fit_us");
-  for (const Sample& s : samples) {
-    std::printf("   %12.0f  %12.2f  %12.2f\n", s.bytes, s.seconds * 1e6,
-                (fit->alpha_s + s.bytes / 2 * fit->beta_s_per_byte) * 1e6);
-  }
-  std::printf("%s: alpha %.3g us, beta %.3g GB/s\n", transport.c_str(), fit->alpha_s * 1e6,
-              1e-9 / fit->beta_s_per_byte);
-  std::fflush(stdout);
-  return *fit;
+  // The lower median of the rounds: a burst of load from elsewhere only ever adds time.
+  return model::LowestPerSize(samples);
 }
 
 // Bytes per second of a = a + b (float32 sum) on operands of `bytes` each: the median over
@@ -248,26 +204,81 @@ int RunTune(const TuneFlags& flags) {
     }
   }
 
-  // The measurements name their algorithm, so no tuning steers them; and a file that is not
-  // written yet (or is being replaced) must not stop them.
-  setenv("CHORUS_TUNING_FILE", internal::kBuiltinTuning, 1);
-  for (const std::string& name : transports) {
-    Result<AlphaBeta> fit = MeasureTransport(name, *max_bytes);
+  // The timings: recorded ones from --samples, or measured now. The measurements name their
+  // algorithm, so no tuning steers them; and a file that is not written yet (or is being
+  // replaced) must not stop them.
+  std::vector<std::pair<std::string, std::vector<model::FitSample>>> timings;
+  double recorded_gamma_gbps = 0;
+  if (!flags.samples.empty()) {
+    std::ifstream in(flags.samples);
+    std::stringstream text;
+    if (in) text << in.rdbuf();
+    if (!in || in.bad()) {
+      std::fprintf(stderr, "chorus tune: --samples: cannot read %s\n", flags.samples.c_str());
+      return kExitUsage;
+    }
+    Result<model::RecordedSamples> recorded = model::ParseSamples(text.str(), flags.samples);
+    if (!recorded.ok()) {
+      std::fprintf(stderr, "chorus tune: --samples: %s\n", recorded.status().message().c_str());
+      return kExitUsage;
+    }
+    std::printf("# timings recorded in %s\n", flags.samples.c_str());
+    transports.clear();
+    for (auto& [kind, samples] : recorded->per_transport) {
+      transports.emplace_back(TransportKindName(kind));
+      timings.emplace_back(transports.back(), model::LowestPerSize(samples));
+    }
+    recorded_gamma_gbps = recorded->gamma_gbps;
+  } else {
+    setenv("CHORUS_TUNING_FILE", internal::kBuiltinTuning, 1);
+    std::string measured_text;
+    for (const std::string& name : transports) {
+      Result<std::vector<model::FitSample>> samples = MeasureTransport(name, *max_bytes);
+      if (!samples.ok()) {
+        std::fprintf(stderr, "chorus tune: %s: %s\n", name.c_str(),
+                     samples.status().message().c_str());
+        return kExitFailed;
+      }
+      measured_text += model::FormatSamples(*ParseCliTransport(name), *samples);
+      timings.emplace_back(name, std::move(*samples));
+    }
+    if (!flags.save_samples.empty()) {
+      std::ofstream out(flags.save_samples);
+      out << "# chorus tune timings: transport, 2-rank ring all-gather bytes, median us\n"
+          << measured_text;
+      out.close();
+      if (!out) {
+        std::fprintf(stderr, "chorus tune: --save-samples: cannot write %s\n",
+                     flags.save_samples.c_str());
+        return kExitFailed;
+      }
+      std::printf("timings saved in %s\n", flags.save_samples.c_str());
+    }
+  }
+  for (const auto& [name, samples] : timings) {
+    Result<model::AlphaBeta> fit = model::FitAlphaBeta(samples);
     if (!fit.ok()) {
       std::fprintf(stderr, "chorus tune: %s: %s\n", name.c_str(), fit.status().message().c_str());
       return kExitFailed;
     }
+    PrintFit(name, samples, *fit);
     model::MachineParams& params = tuning.For(*ParseCliTransport(name));
     params.alpha_s = fit->alpha_s;
     params.beta_s_per_byte = fit->beta_s_per_byte;
   }
 
-  std::printf("# reduction kernel: float32 sum, a = a + b in place, GB/s of one operand\n");
-  const double l2 = ReduceRate(kL2OperandBytes, 50, 15);
-  const double dram = ReduceRate(kDramOperandBytes, 1, 9);
-  std::printf("L2   (%zu KiB operands): %.3g GB/s\n", kL2OperandBytes >> 10, l2 / 1e9);
-  std::printf("DRAM (%zu MiB operands): %.3g GB/s  -> gamma of every transport\n",
-              kDramOperandBytes >> 20, dram / 1e9);
+  double dram = 0;
+  if (recorded_gamma_gbps > 0) {
+    dram = recorded_gamma_gbps * 1e9;
+    std::printf("gamma %.3g GB/s (recorded) -> gamma of every transport\n", dram / 1e9);
+  } else {
+    std::printf("# reduction kernel: float32 sum, a = a + b in place, GB/s of one operand\n");
+    const double l2 = ReduceRate(kL2OperandBytes, 50, 15);
+    dram = ReduceRate(kDramOperandBytes, 1, 9);
+    std::printf("L2   (%zu KiB operands): %.3g GB/s\n", kL2OperandBytes >> 10, l2 / 1e9);
+    std::printf("DRAM (%zu MiB operands): %.3g GB/s  -> gamma of every transport\n",
+                kDramOperandBytes >> 20, dram / 1e9);
+  }
   if (!(dram > 0)) {
     std::fprintf(stderr, "chorus tune: the reduction kernel could not be timed\n");
     return kExitFailed;
@@ -278,8 +289,12 @@ int RunTune(const TuneFlags& flags) {
 
   std::string measured;
   for (const std::string& name : transports) measured += (measured.empty() ? "" : ",") + name;
-  const std::string comment = "written by chorus tune on host " + HostName() + ", " + Now() +
-                              "\nmeasured: " + measured + " (alpha, beta) and gamma";
+  const std::string comment =
+      "written by chorus tune on host " + HostName() + ", " + Now() +
+      (flags.samples.empty()
+           ? "\nmeasured: " + measured + " (alpha, beta) and gamma"
+           : "\nfitted: " + measured + " (alpha, beta) from the timings in " + flags.samples +
+                 (recorded_gamma_gbps > 0 ? ", gamma recorded there" : "; gamma measured"));
   std::printf("# tuning\n%s", model::FormatTuning(tuning, comment).c_str());
   if (flags.dry_run) {
     std::printf("dry run: nothing written%s\n",
@@ -312,7 +327,14 @@ void AddTuneCommand(CLI::App& app, int& exit_code) {
   sub->add_option("--max-bytes", flags->max_bytes,
                   "largest all-gather of the alpha-beta fit (K, M, G allowed)")
       ->capture_default_str();
-  sub->add_flag("--dry-run", flags->dry_run, "measure and print, write nothing");
+  CLI::Option* samples =
+      sub->add_option("--samples", flags->samples,
+                      "fit the timings recorded in this file (lines: TRANSPORT BYTES MEDIAN_US, "
+                      "optionally gamma_gbps RATE) instead of measuring");
+  sub->add_option("--save-samples", flags->save_samples,
+                  "also write the measured timings here, in the form --samples reads")
+      ->excludes(samples);
+  sub->add_flag("--dry-run", flags->dry_run, "measure (or read --samples) and print, write nothing");
   sub->footer("Exit status: 0 ok, 1 a measurement or the write failed, 2 bad arguments.");
   sub->callback([flags, &exit_code] { exit_code = RunTune(*flags); });
 }
