@@ -4,15 +4,21 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
+#include "core/wait.h"
 #include "support/matrix.h"
 #include "support/spawn.h"
 
@@ -161,6 +167,100 @@ TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
   ExpectAllOk(exits);
   EXPECT_THAT(LeftoverSegments(exits[0].pid), ::testing::IsEmpty());
 }
+
+// A rank that posted its last message and then left is not a dead peer to a rank that has not
+// read that message yet. The interleaving is forced every time, not left to the scheduler: the
+// waiting rank's first unmet wait (core/wait.h's test hook) lets the root start, and returns
+// only once the root's leaving is observable; only then does the wait ask whether it was
+// interrupted. The root leaves in two ways: by exiting without closing its communicator (seen
+// through its pidfd), and by closing it and living on (seen through its departure flag).
+namespace finished_peer {
+std::string g_dir;         // the test's directory, for the files the ranks meet through
+bool g_root_exits = true;  // true: the root _exits; false: it closes its communicator
+bool g_hooked = false;     // the hook ran its course (once)
+std::string g_hook_error;
+
+bool Exists(const std::string& name) { return fs::exists(g_dir + "/" + name); }
+void Touch(const std::string& name) { std::ofstream(g_dir + "/" + name) << "\n"; }
+
+// Runs in the waiting rank (0), inside its wait for the root's data.
+void BeforeInterruptCheck() {
+  internal::g_before_interrupt_check.store(nullptr);
+  g_hooked = true;
+  Touch("go");  // the root may post now
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  if (g_root_exits) {
+    // The root wrote its pid before posting; wait until its pidfd says it has exited.
+    while (!Exists("pid") && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::ifstream in(g_dir + "/pid");
+    pid_t pid = 0;
+    in >> pid;
+    const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (fd < 0) {
+      g_hook_error = "pidfd_open(" + std::to_string(pid) + ") failed";
+      return;
+    }
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, 100) == 0 && std::chrono::steady_clock::now() < give_up) {
+    }
+    close(fd);
+  } else {
+    while (!Exists("closed") && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  if (std::chrono::steady_clock::now() >= give_up) g_hook_error = "the root never left";
+}
+}  // namespace finished_peer
+
+class ShmFinishedPeer : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShmFinishedPeer, ItsLastMessageIsReadNotReportedAsADeath) {
+  const TempDir dir;
+  finished_peer::g_dir = dir.url().substr(std::string("file://").size());
+  finished_peer::g_root_exits = GetParam();
+  constexpr int kRoot = 1;
+  const auto exits = ForkRanks(2, [&](int rank) -> std::string {
+    std::optional<Communicator> comm;
+    {
+      auto created = Communicator::Create(ShmOptions(rank, 2, dir.url()));
+      if (!created.ok()) return "Create: " + created.status().ToString();
+      comm.emplace(std::move(created).value());
+    }
+    std::vector<int32_t> v(100, rank == kRoot ? 7 : 0);
+    if (rank != kRoot) {
+      internal::g_before_interrupt_check.store(&finished_peer::BeforeInterruptCheck);
+      const Status s = comm->Broadcast(std::span<int32_t>(v), kRoot);
+      finished_peer::Touch("done");  // the root may go, whatever became of the call
+      if (!finished_peer::g_hook_error.empty()) return finished_peer::g_hook_error;
+      if (!finished_peer::g_hooked) return "the wait never reached the hook";
+      if (!s.ok()) return s.ToString();
+      return v == std::vector<int32_t>(100, 7) ? "" : "wrong data";
+    }
+    while (!finished_peer::Exists("go")) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    { std::ofstream(finished_peer::g_dir + "/pid.tmp") << getpid() << "\n"; }
+    fs::rename(finished_peer::g_dir + "/pid.tmp", finished_peer::g_dir + "/pid");
+    if (Status s = comm->Broadcast(std::span<int32_t>(v), kRoot); !s.ok()) return s.ToString();
+    if (finished_peer::g_root_exits) _exit(0);  // gone, communicator and all, unclosed
+    comm.reset();
+    finished_peer::Touch("closed");
+    // Lives on until rank 0 is done, so that only the departure can tell it has left.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!finished_peer::Exists("done") && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return "";
+  });
+  ExpectAllOk(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmFinishedPeer, ::testing::Values(true, false),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? std::string("RootExits")
+                                             : std::string("RootClosesItsCommunicator");
+                         });
 
 TEST(ShmCreate, TcpStoreHostedByRankZero) {
   // A port that was free a moment ago; rank 0 serves the store on it.

@@ -147,6 +147,11 @@ void YieldCpu();
 // within kRingGrace (only with WaitPolicy::check_wakeups): a bug in whoever changed it.
 enum class WaitResult { kReady, kTimedOut, kInterrupted, kLostWakeup };
 
+// Test hook, null outside tests: a wait that found its condition unmet calls it just before it
+// asks whether it was interrupted, so a test can put a peer's last post and exit in that gap
+// every time (shm_test: FinishedPeer). Read once per slow-path pass, never on the ready path.
+inline std::atomic<void (*)()> g_before_interrupt_check{nullptr};
+
 class Waiter {
  public:
   // A spin shorter than this is not worth starting; also the length of a probe.
@@ -249,8 +254,12 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
       CpuRelax();
       continue;
     }
+    if (auto* hook = g_before_interrupt_check.load(std::memory_order_relaxed)) hook();
     // What made the wait stop may come with what it waited for: a peer that posted its last
-    // message and exited normally is gone, yet the message is there to read.
+    // message and exited normally is gone, yet the message is there to read. So ready() is
+    // asked again after interrupted() turned true: everything the peer did before it left is
+    // visible by then (its exit, or its departure flag, is observed through the kernel or an
+    // acquire load that follows its posts).
     if (interrupted()) return ready() ? WaitResult::kReady : WaitResult::kInterrupted;
     const Clock::time_point now = i == 0 ? start : Clock::now();
     if (beacon_ != nullptr) {

@@ -317,6 +317,9 @@ ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const ConnectCon
       next_check_(static_cast<size_t>(config.size)) {}
 
 ShmTransport::~ShmTransport() {
+  // Peers still waiting on this rank learn that it left on purpose (and are woken to see it):
+  // what it posted stays readable, and nothing more will come.
+  control_.Depart(rank_);
   for (int fd : pidfds_) {
     if (fd >= 0) close(fd);
   }
@@ -376,6 +379,7 @@ void ShmTransport::Release(int peer) {
 bool ShmTransport::Drained(int peer) { return box(rank_, peer).Drained(); }
 
 bool ShmTransport::PeerAlive(int peer) {
+  if (control_.Departed(peer)) return false;
   const int fd = pidfds_[static_cast<size_t>(peer)];
   if (fd < 0) return true;
   Clock::time_point& next = next_check_[static_cast<size_t>(peer)];
@@ -389,8 +393,11 @@ bool ShmTransport::PeerAlive(int peer) {
 }
 
 std::string ShmTransport::DescribeDeath(int peer) const {
-  return "rank " + std::to_string(peer) + " (pid " + std::to_string(control_.pid(peer)) +
-         ") exited";
+  const std::string who =
+      "rank " + std::to_string(peer) + " (pid " + std::to_string(control_.pid(peer)) + ")";
+  // A rank that closed its communicator left normally: it is not reported as dead.
+  if (control_.Departed(peer)) return who + " closed its communicator";
+  return who + " exited";
 }
 
 }  // namespace chorus::internal
