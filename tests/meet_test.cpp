@@ -19,6 +19,7 @@
 #include "chorus/chorus.h"
 #include "support/group.h"
 #include "support/store_process.h"
+#include "support/timing.h"
 
 namespace chorus {
 namespace {
@@ -138,7 +139,9 @@ TEST(JobIsolation, JobsOfDifferentSizesFailFastOrNameTheClash) {
                                           {"B", 2, 3, milliseconds(300)},
                                           {"A", 1, 2, milliseconds(600)},
                                           {"B", 0, 3, milliseconds(900)}};
-  const auto reports = RunProcesses(processes, dir.url(), false, std::chrono::seconds(8));
+  // Those that meet another job's ranks fail at once; the rest wait out the timeout, which is
+  // kWrongPathWait so that "at once" (kPrompt) cannot be the timeout.
+  const auto reports = RunProcesses(processes, dir.url(), false, testing::kWrongPathWait);
   int fast = 0;
   bool named_sizes = false;
   for (size_t i = 0; i < reports.size(); ++i) {
@@ -151,7 +154,7 @@ TEST(JobIsolation, JobsOfDifferentSizesFailFastOrNameTheClash) {
     named_sizes = named_sizes || r.find("with size") != std::string::npos;
     if (r.find("FAILED_PRECONDITION") != std::string::npos) {
       ++fast;
-      EXPECT_LT(std::stod(r.substr(5)), 5.0) << r;
+      EXPECT_LT(std::stod(r.substr(5)), testing::kPromptSeconds) << r;
     } else {
       EXPECT_THAT(r, HasSubstr("DEADLINE_EXCEEDED")) << r;
       EXPECT_THAT(r, HasSubstr("an earlier meeting of communicator")) << r;
@@ -198,7 +201,7 @@ TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
                                     dir.url(), false, std::chrono::seconds(20));
   EXPECT_EQ(reports[0], "ok 200");
   EXPECT_EQ(reports[1], "ok 200");
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(Clock::now() - start, testing::kPrompt);  // not the 20 s timeout
 }
 
 // torchrun's MASTER_ADDR:MASTER_PORT given to two jobs: the second job's rank 0 cannot serve
@@ -225,7 +228,7 @@ TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
       return "";
     }
     if (comm.ok()) return "the second job formed a communicator";
-    if (seconds > 5) return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
+    if (seconds > testing::kPromptSeconds) return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
     const std::string want = i == 2 ? "another job serving its store on this port"
                                     : "is served by rank 0 of another job";
     return comm.status().message().find(want) == std::string::npos
