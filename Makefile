@@ -4,7 +4,14 @@
 #   make test     install, build, run every test: build-types (below), the normal build's tests,
 #                 then ASan+UBSan and TSan builds, plus the consumer projects (find_package of
 #                 the static, shared and MPI libraries, pkg-config, add_subdirectory, the
-#                 installed demo's plots) and a bounded libFuzzer run (clang) over the wire parsers
+#                 installed demo's plots) and a bounded libFuzzer run (clang) over the wire parsers.
+#                 Every suite runs even when one before it failed (scripts/test-all.sh); then one
+#                 summary: per suite the tests passed and failed and its seconds, the failed
+#                 tests' names, and as the last line the totals, `N passed, N failed`. Each
+#                 suite's output is also kept in build/test-logs/<suite>.log
+#   make test-stress  the normal build's tests STRESS_ROUNDS times (default 2) beside STRESS_BUSY
+#                 busy loops (default 2), then every test that failed in any round, with its
+#                 rounds (scripts/test-stress.sh; logs in build/test-logs/stress-round-<n>.log)
 #   make build-types  configure and build the libraries, the CLI and the tests that once warned
 #                 in each of BUILD_TYPES (default Release) under build-types/, warnings
 #                 as errors, so no optimisation level's warnings go unseen (RelWithDebInfo is
@@ -37,6 +44,10 @@
 #   BUILD_TYPES  the build types `make build-types` checks (default Release, the -O3 build whose
 #                warnings once differed; `make build-types BUILD_TYPES="Debug Release MinSizeRel"`
 #                checks the others too)
+#   TEST_SUITES  the suites `make test` runs, in order (default build-types test-build asan tsan
+#                fuzz shm-check), e.g. `make test TEST_SUITES="test-build shm-check"`
+#   STRESS_ROUNDS, STRESS_BUSY  rounds of `make test-stress` (default 2) and the busy loops
+#                beside them (default 2)
 #
 # Environment seen by the sanitizer test runs:
 #   CHORUS_TEST_SCALE=small  tells the tests to shrink their largest element counts, since
@@ -54,6 +65,9 @@ FUZZ_SECONDS ?= 30
 SOAK_SECONDS ?= 600
 SOAK_BUSY    ?= 4
 BUILD_TYPES ?= Release
+TEST_SUITES ?= build-types test-build asan tsan fuzz shm-check
+STRESS_ROUNDS ?= 2
+STRESS_BUSY   ?= 2
 
 BUILD_DIR := build
 ASAN_DIR  := build-asan
@@ -78,8 +92,8 @@ TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_
 
 # Each recipe line runs after the previous target finished; the parallelism is inside CMake.
 .NOTPARALLEL:
-.PHONY: all deps configure build build-types demo plot test test-build asan tsan fuzz shm-check \
-        consumer bench soak format format-check clean
+.PHONY: all deps configure build build-types demo plot test test-build test-stress asan tsan fuzz \
+        shm-check consumer bench soak format format-check clean
 
 all: build
 
@@ -106,9 +120,22 @@ test-build: build
 	@echo "== [$$(date +%T)] test $(BUILD_DIR)"
 	bash scripts/ctest.sh $(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
-# ctest's own summary stays the last thing printed, so CI can read the test count: the final
-# check that no test left a shared-memory segment behind prints only when it fails.
-test: build-types test-build asan tsan fuzz shm-check
+# Every suite of TEST_SUITES runs as `make <suite>` (so each also runs alone), even after one
+# failed; scripts/test-all.sh streams and logs each suite's output, and closes with the summary
+# whose last line, `N passed, N failed`, CI reads beside the exit status (non-zero when a test
+# failed or a suite could not run, e.g. its build failed; on such a failure make itself adds
+# its "make: *** [...test] Error 1" on stderr, as it did before). shm-check, the final check
+# that no test left a shared-memory segment behind, counts as one test.
+test:
+	@MAKE="$(MAKE)" TEST_LOG_DIR=$(BUILD_DIR)/test-logs bash scripts/test-all.sh $(TEST_SUITES)
+
+# The normal build's whole suite (consumers included), STRESS_ROUNDS times beside STRESS_BUSY
+# busy loops, for the tests that fail only on a loaded machine; the loops are killed at the
+# end, on a failure and on Ctrl-C.
+test-stress: build
+	@echo "== [$$(date +%T)] test-stress $(BUILD_DIR)"
+	@STRESS_ROUNDS=$(STRESS_ROUNDS) STRESS_BUSY=$(STRESS_BUSY) TEST_LOG_DIR=$(BUILD_DIR)/test-logs \
+	  bash scripts/test-stress.sh $(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS)
 
 shm-check:
 	@left=$$(ls /dev/shm 2>/dev/null | grep "^chorus-$$(id -u)-" || true); \

@@ -10,6 +10,8 @@ trap 'rm -f "$log"' EXIT
 "$ctest_bin" "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [ "$status" -ne 0 ]; then
+  # scripts/test-lib.sh (make test, make test-stress) reads ctest's counts and failed names only
+  # up to this line (CTEST_REPRINT_MARKER there): change both together.
   echo "== the output of the failed tests, again"
   # With --output-on-failure ctest prints a failed test's output between its result line and
   # the next test's "Start" or result line.
