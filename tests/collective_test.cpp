@@ -12,18 +12,18 @@
 namespace chorus {
 namespace {
 
-using testing::MatrixParam;
+using testing::MatrixGroupParam;
 
-class CollectiveMatrix : public ::testing::TestWithParam<MatrixParam> {};
+class CollectiveMatrix : public ::testing::TestWithParam<MatrixGroupParam> {};
 
 TEST_P(CollectiveMatrix, ExactResults) {
-  const MatrixParam m = GetParam();
+  const MatrixGroupParam m = GetParam();
   auto group = CreateLocalGroup(
       m.ranks, {.timeout = std::chrono::seconds(60), .wait = testing::TestWaitMode()});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<std::vector<std::string>> errors(static_cast<size_t>(m.ranks));
   testing::RunRanks(*group, [&](Communicator& comm) {
-    errors[static_cast<size_t>(comm.rank())] = testing::RunMatrixCase(comm, m);
+    errors[static_cast<size_t>(comm.rank())] = testing::RunMatrixGroup(comm, m);
   });
   for (const auto& rank_errors : errors) {
     for (const std::string& e : rank_errors) ADD_FAILURE() << e;
@@ -31,9 +31,9 @@ TEST_P(CollectiveMatrix, ExactResults) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, CollectiveMatrix,
-                         ::testing::ValuesIn(testing::MatrixParams({1, 2, 3, 4, 5, 7, 8})),
+                         ::testing::ValuesIn(testing::MatrixGroupParams({1, 2, 3, 4, 5, 7, 8})),
                          [](const auto& param_info) {
-                           return testing::MatrixName(param_info.param);
+                           return testing::MatrixGroupName(param_info.param);
                          });
 
 }  // namespace

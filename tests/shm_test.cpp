@@ -27,7 +27,6 @@ namespace {
 
 using testing::ForkRanks;
 using ::testing::HasSubstr;
-using testing::MatrixParam;
 using testing::RankExit;
 namespace fs = std::filesystem;
 
@@ -84,24 +83,24 @@ void ExpectAllOk(const std::vector<RankExit>& exits) {
   }
 }
 
-class ShmMatrix : public ::testing::TestWithParam<MatrixParam> {};
+class ShmMatrix : public ::testing::TestWithParam<testing::MatrixGroupParam> {};
 
 TEST_P(ShmMatrix, ExactResults) {
-  const MatrixParam m = GetParam();
+  const testing::MatrixGroupParam m = GetParam();
   const TempDir dir;
   const auto exits = ForkRanks(m.ranks, [&](int rank) -> std::string {
     auto comm = Communicator::Create(ShmOptions(rank, m.ranks, dir.url()));
     if (!comm.ok()) return comm.status().ToString();
     if (comm->transport() != TransportKind::kShm) return "transport is not shm";
-    return Join(testing::RunMatrixCase(*comm, m));
+    return Join(testing::RunMatrixGroup(*comm, m));
   });
   ExpectAllOk(exits);
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
-                         ::testing::ValuesIn(testing::MatrixParams({1, 2, 3, 4, 5, 7, 8})),
+                         ::testing::ValuesIn(testing::MatrixGroupParams({1, 2, 3, 4, 5, 7, 8})),
                          [](const auto& param_info) {
-                           return testing::MatrixName(param_info.param);
+                           return testing::MatrixGroupName(param_info.param);
                          });
 
 // The direct all-gather posts one staging slot to every peer (Channel::SendToAll) and flushes

@@ -381,4 +381,72 @@ inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixPa
   return errors;
 }
 
+// ---------------------------------------------------------------- grouped cases
+// The thread and shm suites run the short count cases of one (kind, ranks, algorithm) as one
+// test on one communicator: a test's fixed cost (a process, a group of ranks, a segment) then
+// comes once instead of five times, and the calls in a row prove the ranks stay in step. The
+// long cases stay tests of their own. A failure names its count case.
+enum class CountGroup { kFew, kTinySegments, kBig };
+
+// The count cases of a group. The sanitizer builds (SmallScale()) and the sleep-checked runs
+// leave out zero, eight and a thousand (see tests/CMakeLists.txt).
+inline std::vector<CountCase> CasesOf(CountGroup group) {
+  switch (group) {
+    case CountGroup::kFew:
+      if (SmallScale()) return {CountCase::kOne, CountCase::kSeven};
+      return {CountCase::kZero, CountCase::kOne, CountCase::kSeven, CountCase::kEight,
+              CountCase::kThousand};
+    case CountGroup::kTinySegments:
+      return {CountCase::kTinySegments};
+    case CountGroup::kBig:
+      return {CountCase::kBig};
+  }
+  return {};
+}
+
+struct MatrixGroupParam {
+  CollectiveKind kind;
+  int ranks;
+  CountGroup group;
+  std::string algorithm;
+};
+
+inline std::string MatrixGroupName(const MatrixGroupParam& m) {
+  static const char* kGroups[] = {"few", "tinysegments", "big"};
+  return std::string(CollectiveKindName(m.kind)) + "_" + m.algorithm + "_p" +
+         std::to_string(m.ranks) + "_" + kGroups[static_cast<int>(m.group)];
+}
+
+inline void PrintTo(const MatrixGroupParam& m, std::ostream* os) { *os << MatrixGroupName(m); }
+
+// Every algorithm of every collective at each rank count and count group (a barrier has no
+// counts: the few group alone, which runs it once per case).
+inline std::vector<MatrixGroupParam> MatrixGroupParams(const std::vector<int>& ranks) {
+  std::vector<MatrixGroupParam> params;
+  for (const internal::AlgorithmInfo& algorithm : internal::Algorithms()) {
+    const bool counted = internal::Collective(algorithm.kind).counts != internal::Counts::kNone;
+    for (int p : ranks) {
+      for (CountGroup g : {CountGroup::kFew, CountGroup::kTinySegments, CountGroup::kBig}) {
+        if (!counted && g != CountGroup::kFew) continue;
+        params.push_back({algorithm.kind, p, g, std::string(algorithm.name)});
+      }
+    }
+  }
+  return params;
+}
+
+// Runs every case of group `m` on this rank, in order; returns one line per problem, each
+// naming its case. Stops at the first case that failed the group.
+inline std::vector<std::string> RunMatrixGroup(Communicator& comm, const MatrixGroupParam& m) {
+  std::vector<std::string> errors;
+  const bool counted = internal::Collective(m.kind).counts != internal::Counts::kNone;
+  for (CountCase count : CasesOf(m.group)) {
+    const MatrixParam one{m.kind, m.ranks, count, m.algorithm};
+    std::vector<std::string> case_errors = RunMatrixCase(comm, one);
+    for (std::string& e : case_errors) errors.push_back(MatrixName(one) + ": " + e);
+    if (!case_errors.empty() || !counted) break;  // a barrier: one case is the whole test
+  }
+  return errors;
+}
+
 }  // namespace chorus::testing
