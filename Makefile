@@ -1,7 +1,7 @@
 # Makefile: one-command set-up, build and test for chorus on Debian 12.
 #
 #   make demo     install missing Debian packages, build, run `chorus demo`
-#   make test     install, build, run every test: build-types (below), the normal build's tests,
+#   make test     install, build, run every test: the normal build's tests,
 #                 then ASan+UBSan and TSan builds, plus the consumer projects (find_package of
 #                 the static, shared and MPI libraries, pkg-config, add_subdirectory, the
 #                 installed demo's plots) and a bounded libFuzzer run (clang) over the wire parsers.
@@ -44,7 +44,7 @@
 #   BUILD_TYPES  the build types `make build-types` checks (default Release, the -O3 build whose
 #                warnings once differed; `make build-types BUILD_TYPES="Debug Release MinSizeRel"`
 #                checks the others too)
-#   TEST_SUITES  the suites `make test` runs, in order (default build-types test-build asan tsan
+#   TEST_SUITES  the suites `make test` runs, in order (default test-build asan tsan
 #                fuzz shm-check), e.g. `make test TEST_SUITES="test-build shm-check"`
 #   STRESS_ROUNDS, STRESS_BUSY  rounds of `make test-stress` (default 2) and the busy loops
 #                beside them (default 2)
@@ -65,7 +65,9 @@ FUZZ_SECONDS ?= 30
 SOAK_SECONDS ?= 600
 SOAK_BUSY    ?= 4
 BUILD_TYPES ?= Release
-TEST_SUITES ?= build-types test-build asan tsan fuzz shm-check
+# build-types is left out for now: the whole of `make test` took 78 minutes on a clean clone here
+# (CI stops at 90), and it is the one suite that runs no test. Run it by hand, or name it here.
+TEST_SUITES ?= test-build asan tsan fuzz shm-check
 STRESS_ROUNDS ?= 2
 STRESS_BUSY   ?= 2
 

@@ -3,7 +3,7 @@
 # and closes with one summary: per suite the tests passed and failed and the seconds it took, the
 # names of the failed tests, and as the very last line the totals, `N passed, N failed`.
 #
-#   scripts/test-all.sh                        # build-types test-build asan tsan fuzz shm-check
+#   scripts/test-all.sh                        # test-build asan tsan fuzz shm-check
 #   scripts/test-all.sh test-build shm-check   # only these suites, in this order
 #
 # Each suite's output streams to the terminal as it runs and is kept in <TEST_LOG_DIR>/<suite>.log.
@@ -30,7 +30,7 @@ make_cmd+=(--no-print-directory)
 if [ $# -gt 0 ]; then
   suites=("$@")
 else
-  suites=(build-types test-build asan tsan fuzz shm-check)
+  suites=(test-build asan tsan fuzz shm-check)
 fi
 ctest_suites=" ${TEST_CTEST_SUITES:-test-build asan tsan consumer test-stress} "
 log_dir=${TEST_LOG_DIR:-$repo/build/test-logs}
