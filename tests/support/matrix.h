@@ -6,11 +6,11 @@
 // combination and compared bytewise. Used by the thread (collective_test) and process
 // (shm_test) suites.
 //
-// The long cases (the big count, tiny segments on 7 and 8 ranks) walk a subset of dtypes and
-// ops that still covers every element size and both kernel shapes (plain and finishing); every
-// dtype and op runs at every p in the other counts, and the whole arithmetic in reduce_test.
-// CHORUS_TEST_SCALE=small (the sanitizer builds) shrinks the largest count and walks that
-// subset in every case: the sanitizers look for memory and threading errors.
+// The long cases (the big count, tiny segments) walk fewer dtype x op x placement calls than
+// the short ones, which walk them all at every p (WalkOf says which); the whole arithmetic is
+// reduce_test's. CHORUS_TEST_SCALE=small (the sanitizer builds) shrinks the largest count and
+// walks the representative calls in every case: the sanitizers look for memory and threading
+// errors.
 #pragma once
 
 #include <algorithm>
@@ -337,6 +337,74 @@ inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataTy
   return result;
 }
 
+// One call of a case: its dtype, op (ignored by a collective that does not reduce) and placement.
+struct WalkStep {
+  DataType dtype;
+  ReduceOp op;
+  bool in_place;
+};
+
+// The calls a case makes, one of three walks:
+// - every: every dtype x op x placement (the short counts of the normal build, at every p);
+// - diagonal: every dtype once, the ops in turn and the placements alternating, so each dtype
+//   and each op goes through the case's path, each op in both placements (tiny segments below
+//   seven ranks: a segmented call is a long one, and its arithmetic is the short counts');
+// - representative: one dtype of each element size, with sum (a plain kernel) and avg (a
+//   finishing one) and both placements each twice (the big count, tiny segments from seven ranks
+//   on, and every case of the sanitizer builds, which look for memory and threading errors).
+// The whole arithmetic of every dtype and op is reduce_test's.
+enum class Walk { kEvery, kDiagonal, kRepresentative };
+
+inline Walk WalkKindOf(const MatrixParam& m) {
+  if (SmallScale() || m.count_case == CountCase::kBig) return Walk::kRepresentative;
+  if (m.count_case == CountCase::kTinySegments) {
+    return m.ranks >= 7 ? Walk::kRepresentative : Walk::kDiagonal;
+  }
+  return Walk::kEvery;
+}
+
+inline std::vector<WalkStep> WalkOf(const MatrixParam& m) {
+  const internal::CollectiveInfo& c = internal::Collective(m.kind);
+  const bool has_data = c.counts != internal::Counts::kNone;
+  const bool in_place_too = HasInPlace(c);
+  std::vector<WalkStep> steps;
+  if (!has_data) return {{DataType::kInt8, ReduceOp::kSum, false}};  // a barrier: one call
+  const Walk walk = WalkKindOf(m);
+  if (walk == Walk::kRepresentative) {
+    steps = {{DataType::kInt8, ReduceOp::kSum, false},
+             {DataType::kBFloat16, ReduceOp::kAvg, true},
+             {DataType::kFloat32, ReduceOp::kSum, true},
+             {DataType::kUint64, ReduceOp::kAvg, false}};
+  } else if (walk == Walk::kDiagonal) {
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      steps.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(d % kNumReduceOps),
+                       d % 2 == 1});
+    }
+  } else {
+    for (int d = 0; d < kNumDataTypes; ++d) {
+      for (int o = 0; o < (c.reduces ? kNumReduceOps : 1); ++o) {
+        for (bool in_place : {false, true}) {
+          steps.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(o), in_place});
+        }
+      }
+    }
+  }
+  // A collective without an in-place form makes each call out of place.
+  if (!in_place_too) {
+    std::vector<WalkStep> out_of_place;
+    for (WalkStep s : steps) {
+      s.in_place = false;
+      bool seen = false;
+      for (const WalkStep& o : out_of_place) {
+        seen = seen || (o.dtype == s.dtype && (o.op == s.op || !c.reduces));
+      }
+      if (!seen) out_of_place.push_back(s);
+    }
+    steps = out_of_place;
+  }
+  return steps;
+}
+
 // Runs case `m` on this rank; returns one line per problem (empty when all is well).
 inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixParam& m) {
   const internal::CollectiveInfo& c = internal::Collective(m.kind);
@@ -346,37 +414,23 @@ inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixPa
   call.algorithm = m.algorithm;
   if (m.count_case == CountCase::kTinySegments) call.segment_bytes = 24;
   CallBuffers buffers(BufferElementsOf(m.kind, n, m.ranks));
-  // The representative dtypes and ops (every element size, plain and finishing kernels) where a
-  // call is long: the big count everywhere, tiny segments from 7 ranks on, every case in the
-  // sanitizer builds. The other counts walk every dtype and op at every p.
-  const bool small = SmallScale() || m.count_case == CountCase::kBig ||
-                     (m.count_case == CountCase::kTinySegments && m.ranks >= 7);
-  const bool has_data = c.counts != internal::Counts::kNone;
-  for (int d = 0; d < (has_data ? kNumDataTypes : 1); ++d) {
-    const auto t = static_cast<DataType>(d);
-    if (small && t != DataType::kInt8 && t != DataType::kBFloat16 && t != DataType::kFloat32 &&
-        t != DataType::kUint64) {
-      continue;
+  for (const WalkStep& step : WalkOf(m)) {
+    const DataType t = step.dtype;
+    const ReduceOp op = step.op;
+    const bool in_place = step.in_place;
+    // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict) on a chain of + here.
+    std::string what(c.counts != internal::Counts::kNone ? DataTypeName(t)
+                                                         : std::string_view("no data"));
+    if (c.reduces) what.append(" ").append(ReduceOpName(op));
+    what.append(in_place ? " in-place" : " out-of-place");
+    what.append(" rank ").append(std::to_string(comm.rank()));
+    const CheckedResult got =
+        CheckedCall(comm, m.kind, t, op, n, RootOf(m), in_place, call, buffers);
+    if (!got.status.ok()) {
+      errors.push_back(what + ": " + got.status.ToString());
+      return errors;  // the group is failed; later calls would only repeat it
     }
-    for (int o = 0; o < (c.reduces ? kNumReduceOps : 1); ++o) {
-      const auto op = static_cast<ReduceOp>(o);
-      if (small && op != ReduceOp::kSum && op != ReduceOp::kAvg) continue;
-      for (bool in_place : {false, true}) {
-        if (in_place && !HasInPlace(c)) continue;
-        // Appended piece by piece: GCC 12 at -O3 warns (-Wrestrict) on a chain of + here.
-        std::string what(has_data ? DataTypeName(t) : std::string_view("no data"));
-        if (c.reduces) what.append(" ").append(ReduceOpName(op));
-        what.append(in_place ? " in-place" : " out-of-place");
-        what.append(" rank ").append(std::to_string(comm.rank()));
-        const CheckedResult got =
-            CheckedCall(comm, m.kind, t, op, n, RootOf(m), in_place, call, buffers);
-        if (!got.status.ok()) {
-          errors.push_back(what + ": " + got.status.ToString());
-          return errors;  // the group is failed; later calls would only repeat it
-        }
-        if (!got.diff.empty()) errors.push_back(what + ": " + got.diff);
-      }
-    }
+    if (!got.diff.empty()) errors.push_back(what + ": " + got.diff);
   }
   return errors;
 }
