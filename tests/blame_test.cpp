@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -93,7 +94,20 @@ std::vector<std::string> FrozenRankTrial(Layout layout, unsigned seed) {
   });
   std::vector<std::string> problems;
   for (int r = 0; r < kRanks; ++r) {
-    if (r == kFrozen) continue;  // killed while stopped
+    if (r == kFrozen) {
+      // Stopped until rank 0 kills it: any other end (an exit, another signal) means it ran on
+      // or died before the survivors had their verdicts, and says how.
+      const int status = exits[static_cast<size_t>(r)].status;
+      if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
+        problems.push_back("the stopped rank " + std::to_string(r) +
+                           " ended otherwise than by rank 0's SIGKILL: " +
+                           (WIFSIGNALED(status)
+                                ? "signal " + std::to_string(WTERMSIG(status))
+                                : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                           ", report: " + exits[static_cast<size_t>(r)].report);
+      }
+      continue;
+    }
     if (!exits[static_cast<size_t>(r)].ok()) {
       problems.push_back("rank " + std::to_string(r) + ": " + exits[static_cast<size_t>(r)].report);
     }
