@@ -44,8 +44,12 @@ std::vector<std::string> FrozenRankTrial(Layout layout, unsigned seed) {
                                           : layout == Layout::kTcp ? TransportKind::kTcp
                                                                    : TransportKind::kAuto,
                                           rank, kRanks, dir.url());
-    // The census asks for answers for a quarter of this; a sanitized rank answers slowly.
-    o.timeout = milliseconds(2000 * testing::SanitizerSlowdown());
+    // The calls' deadline: the census asks for answers for a quarter of it, and a sanitized
+    // rank answers slowly. Create keeps the communicator's own deadline, which only catches a
+    // hang: under load the meeting may take longer than a call's deadline, and a rank whose
+    // Create fails leaves the job before it could stop.
+    CallOptions call;
+    call.timeout = milliseconds(2000 * testing::SanitizerSlowdown());
     o.wait = testing::TestWaitMode();
     if (layout == Layout::kHybrid) {
       if (unshare(CLONE_NEWUTS) != 0) return "unshare failed";
@@ -66,7 +70,7 @@ std::vector<std::string> FrozenRankTrial(Layout layout, unsigned seed) {
     }
     std::vector<float> v(size_t{1} << 15, 1.0f);
     for (int i = 0; i < 1000000; ++i) {
-      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kMax);
+      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kMax, call);
       if (s.ok()) continue;
       std::string report;
       if (s.code() != StatusCode::kDeadlineExceeded) report += "code: " + s.ToString() + "\n";
