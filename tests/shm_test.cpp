@@ -89,7 +89,9 @@ TEST_P(ShmMatrix, ExactResults) {
   const testing::MatrixGroupParam m = GetParam();
   const TempDir dir;
   const auto exits = ForkRanks(m.ranks, [&](int rank) -> std::string {
-    auto comm = Communicator::Create(ShmOptions(rank, m.ranks, dir.url()));
+    CommOptions o = ShmOptions(rank, m.ranks, dir.url());
+    o.segment_bytes = testing::MatrixSegmentBytes();
+    auto comm = Communicator::Create(o);
     if (!comm.ok()) return comm.status().ToString();
     if (comm->transport() != TransportKind::kShm) return "transport is not shm";
     return Join(testing::RunMatrixGroup(*comm, m));
@@ -258,7 +260,7 @@ TEST_P(ShmFinishedPeer, ItsLastMessageIsReadNotReportedAsADeath) {
 INSTANTIATE_TEST_SUITE_P(Shm, ShmFinishedPeer, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& param) {
                            return param.param ? std::string("RootExits")
-                                             : std::string("RootClosesItsCommunicator");
+                                              : std::string("RootClosesItsCommunicator");
                          });
 
 TEST(ShmCreate, TcpStoreHostedByRankZero) {

@@ -307,7 +307,10 @@ Status CommState::RunIntegerAvg(const CallArgs& args, const CallOptions& options
   // One size for every kind of call (the first need not be the largest): the buffer's lanes,
   // and at least one chunk of one element per rank and one; and the lane counts of a v-call.
   if (!avg_lanes_) {
-    avg_lanes_ = std::make_unique<uint64_t[]>(std::max(kAvgBufferBytes / 8, 2 * (p + 1)));
+    // Not zeroed: a call touches only the lanes its chunks use, so a few small averages cost a
+    // page or two, not the whole buffer.
+    avg_lanes_ =
+        std::make_unique_for_overwrite<uint64_t[]>(std::max(kAvgBufferBytes / 8, 2 * (p + 1)));
     avg_counts_ = std::make_unique<size_t[]>(p);
   }
   uint64_t* lanes_in = avg_lanes_.get();

@@ -26,6 +26,7 @@
 #include "core/collectives.h"
 #include "support/group.h"
 #include "support/pattern.h"
+#include "support/test_bytes.h"
 
 namespace chorus::testing {
 
@@ -36,7 +37,19 @@ inline bool SmallScale() {
   return scale != nullptr && std::string(scale) == "small";
 }
 
-inline size_t BigCount() { return SmallScale() ? (size_t{1} << 14) + 3 : (size_t{1} << 20) + 3; }
+// The sanitizers' scale divides the big count by 64, and the matrices' segment with it.
+inline constexpr size_t kSmallScaleDivisor = 64;
+
+inline size_t BigCount() { return (size_t{1} << 20) / (SmallScale() ? kSmallScaleDivisor : 1) + 3; }
+
+// The segment (CommOptions::segment_bytes) of the matrices' communicators: the default, and at
+// the sanitizers' scale 1/64 of it (16 KiB), so that the big case crosses as many segment
+// boundaries as in the normal build, and the staging Create touches page by page (under TSan
+// every page's shadow too: most of a sanitized TCP case's time) is 64 times smaller.
+inline size_t MatrixSegmentBytes() {
+  const size_t normal = CommOptions{}.segment_bytes;
+  return SmallScale() ? normal / kSmallScaleDivisor : normal;
+}
 
 enum class CountCase { kZero, kOne, kSeven, kEight, kThousand, kTinySegments, kBig };
 inline constexpr int kNumCountCases = 7;
@@ -160,12 +173,13 @@ inline std::string Compare(DataType t, const void* got, const void* want, size_t
   return "";
 }
 
-// Scratch buffers for CheckedCall, large enough for `elements` of any dtype.
+// Scratch buffers for CheckedCall, large enough for `elements` of any dtype; the big cases'
+// come from huge pages (support/test_bytes.h).
 struct CallBuffers {
   explicit CallBuffers(size_t elements)
       : bytes((elements + 1) * 8), send(bytes), recv(bytes), want(bytes), input(bytes) {}
   size_t bytes;
-  std::vector<std::byte> send, recv, want, input;
+  TestBytes send, recv, want, input;
 };
 
 // The total buffer of a call of `kind` on p ranks with count n (CountOf's meaning).
