@@ -30,6 +30,7 @@
 
 #include "core/check.h"
 #include "core/log_limit.h"
+#include "core/pages.h"
 #include "core/unique_fd.h"
 #include "transport/control.h"
 #include "transport/tcp/frame.h"
@@ -147,8 +148,8 @@ struct Link {
   std::string death;                // written before dead = true
   Address address;
 
-  std::unique_ptr<std::byte[]> send_slots;
-  std::unique_ptr<std::byte[]> recv_slots;
+  TouchedPages send_slots;
+  TouchedPages recv_slots;
 
   // Send side.
   std::mutex send_mu;
@@ -1118,10 +1119,8 @@ void TcpTransport::Adopt(int fd, int peer) {
   Link& l = link(peer);
   TuneSocket(fd);
   const size_t bytes = slot_bytes_ * static_cast<size_t>(depth_);
-  l.send_slots = std::make_unique<std::byte[]>(bytes);
-  l.recv_slots = std::make_unique<std::byte[]>(bytes);
-  std::memset(l.send_slots.get(), 0, bytes);  // first touch now, not mid-call
-  std::memset(l.recv_slots.get(), 0, bytes);
+  l.send_slots = TouchedPages(bytes);  // first touches now, not mid-call
+  l.recv_slots = TouchedPages(bytes);
   {
     std::lock_guard<std::mutex> lock(l.send_mu);
     l.fd = fd;
