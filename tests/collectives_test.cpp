@@ -7,6 +7,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "algo/select.h"
 #include "model/algorithm_cost.h"
@@ -92,13 +93,61 @@ TEST(Collectives, TheMatrixCoversEveryAlgorithm) {
   }
 }
 
+// What each walk promises (support/matrix.h): the every-walk all dtype x op x placement pairs,
+// the diagonal every dtype and every op, the representative one dtype of each element size with
+// sum and avg; none an in-place call of a collective without an in-place form.
+TEST(Collectives, TheMatrixWalksMakeTheCallsTheyPromise) {
+  for (const CollectiveInfo& c : Collectives()) {
+    if (c.counts == Counts::kNone) continue;
+    const int ops = c.reduces ? kNumReduceOps : 1;
+    const int placements = testing::HasInPlace(c) ? 2 : 1;
+    for (testing::CountCase count :
+         {testing::CountCase::kOne, testing::CountCase::kTinySegments, testing::CountCase::kBig}) {
+      for (int p : {2, 7}) {
+        const testing::MatrixParam m{c.kind, p, count, ""};
+        const std::vector<testing::WalkStep> steps = testing::WalkOf(m);
+        std::set<std::tuple<int, int, bool>> calls;
+        std::set<int> dtypes, sizes, op_set;
+        for (const testing::WalkStep& s : steps) {
+          EXPECT_TRUE(testing::HasInPlace(c) || !s.in_place) << c.name;
+          calls.insert(
+              {static_cast<int>(s.dtype), c.reduces ? static_cast<int>(s.op) : 0, s.in_place});
+          dtypes.insert(static_cast<int>(s.dtype));
+          sizes.insert(static_cast<int>(DataTypeSize(s.dtype)));
+          op_set.insert(static_cast<int>(s.op));
+        }
+        EXPECT_EQ(calls.size(), steps.size()) << c.name << ": a call made twice";
+        switch (testing::WalkKindOf(m)) {
+          case testing::Walk::kEvery:
+            EXPECT_EQ(steps.size(), static_cast<size_t>(kNumDataTypes * ops * placements))
+                << c.name;
+            break;
+          case testing::Walk::kDiagonal:
+            EXPECT_EQ(dtypes.size(), static_cast<size_t>(kNumDataTypes)) << c.name;
+            if (c.reduces) {
+              EXPECT_EQ(op_set.size(), static_cast<size_t>(kNumReduceOps)) << c.name;
+            }
+            break;
+          case testing::Walk::kRepresentative:
+            EXPECT_EQ(sizes, (std::set<int>{1, 2, 4, 8})) << c.name;
+            EXPECT_TRUE(op_set.count(static_cast<int>(ReduceOp::kSum)) &&
+                        op_set.count(static_cast<int>(ReduceOp::kAvg)))
+                << c.name;
+            break;
+        }
+      }
+    }
+  }
+}
+
 // Every collective crosses the TCP frame check, its root included.
 TEST(Collectives, EveryCollectiveAndRootCrossTheFrameCheck) {
   for (const CollectiveInfo& c : Collectives()) {
     tcp::FrameHeader h;
     h.comm_id = 7;
     h.sequence = 3;
-    h.tag = CallTag{.call_index = 9, .count = 100, .kind = c.kind, .root = 5, .layout = 0xfedcba9876543210};
+    h.tag = CallTag{
+        .call_index = 9, .count = 100, .kind = c.kind, .root = 5, .layout = 0xfedcba9876543210};
     h.length = 64;
     uint8_t bytes[tcp::kFrameHeaderBytes];
     tcp::EncodeFrameHeader(h, bytes);

@@ -386,42 +386,35 @@ inline Walk WalkKindOf(const MatrixParam& m) {
 
 inline std::vector<WalkStep> WalkOf(const MatrixParam& m) {
   const internal::CollectiveInfo& c = internal::Collective(m.kind);
-  const bool has_data = c.counts != internal::Counts::kNone;
+  if (c.counts == internal::Counts::kNone) {
+    return {{DataType::kInt8, ReduceOp::kSum, false}};  // a barrier: one call
+  }
+  // A collective without an in-place form makes every call out of place.
   const bool in_place_too = HasInPlace(c);
   std::vector<WalkStep> steps;
-  if (!has_data) return {{DataType::kInt8, ReduceOp::kSum, false}};  // a barrier: one call
-  const Walk walk = WalkKindOf(m);
-  if (walk == Walk::kRepresentative) {
-    steps = {{DataType::kInt8, ReduceOp::kSum, false},
-             {DataType::kBFloat16, ReduceOp::kAvg, true},
-             {DataType::kFloat32, ReduceOp::kSum, true},
-             {DataType::kUint64, ReduceOp::kAvg, false}};
-  } else if (walk == Walk::kDiagonal) {
-    for (int d = 0; d < kNumDataTypes; ++d) {
-      steps.push_back(
-          {static_cast<DataType>(d), static_cast<ReduceOp>(d % kNumReduceOps), d % 2 == 1});
-    }
-  } else {
-    for (int d = 0; d < kNumDataTypes; ++d) {
-      for (int o = 0; o < (c.reduces ? kNumReduceOps : 1); ++o) {
-        for (bool in_place : {false, true}) {
-          steps.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(o), in_place});
+  switch (WalkKindOf(m)) {
+    case Walk::kRepresentative:
+      steps = {{DataType::kInt8, ReduceOp::kSum, false},
+               {DataType::kBFloat16, ReduceOp::kAvg, in_place_too},
+               {DataType::kFloat32, ReduceOp::kSum, in_place_too},
+               {DataType::kUint64, ReduceOp::kAvg, false}};
+      break;
+    case Walk::kDiagonal:
+      for (int d = 0; d < kNumDataTypes; ++d) {
+        steps.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(d % kNumReduceOps),
+                         in_place_too && d % 2 == 1});
+      }
+      break;
+    case Walk::kEvery:
+      for (int d = 0; d < kNumDataTypes; ++d) {
+        for (int o = 0; o < (c.reduces ? kNumReduceOps : 1); ++o) {
+          for (bool in_place : {false, true}) {
+            if (in_place && !in_place_too) continue;
+            steps.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(o), in_place});
+          }
         }
       }
-    }
-  }
-  // A collective without an in-place form makes each call out of place.
-  if (!in_place_too) {
-    std::vector<WalkStep> out_of_place;
-    for (WalkStep s : steps) {
-      s.in_place = false;
-      bool seen = false;
-      for (const WalkStep& o : out_of_place) {
-        seen = seen || (o.dtype == s.dtype && (o.op == s.op || !c.reduces));
-      }
-      if (!seen) out_of_place.push_back(s);
-    }
-    steps = out_of_place;
+      break;
   }
   return steps;
 }
@@ -467,10 +460,14 @@ enum class CountGroup { kFew, kTinySegments, kBig };
 // leave out zero, eight and a thousand (see tests/CMakeLists.txt).
 inline std::vector<CountCase> CasesOf(CountGroup group) {
   switch (group) {
-    case CountGroup::kFew:
-      if (SmallScale()) return {CountCase::kOne, CountCase::kSeven};
-      return {CountCase::kZero, CountCase::kOne, CountCase::kSeven, CountCase::kEight,
-              CountCase::kThousand};
+    case CountGroup::kFew: {
+      std::vector<CountCase> few;
+      for (CountCase c : {CountCase::kZero, CountCase::kOne, CountCase::kSeven, CountCase::kEight,
+                          CountCase::kThousand}) {
+        if (!SmallScale() || SanitizersRun(c)) few.push_back(c);
+      }
+      return few;
+    }
     case CountGroup::kTinySegments:
       return {CountCase::kTinySegments};
     case CountGroup::kBig:

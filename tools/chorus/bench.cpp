@@ -586,8 +586,7 @@ void PrintAlgorithms() {
 void AddBenchCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* sub = app.add_subcommand(
-      "bench",
-      "nccl-tests-style benchmark of every collective over thread or process ranks");
+      "bench", "nccl-tests-style benchmark of every collective over thread or process ranks");
   sub->add_option("--op", flags->op,
                   "collective: " + BenchOpNames() + " (also all_reduce, bcast, ...)")
       ->capture_default_str();
@@ -620,10 +619,11 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   sub->add_option("--iters", flags->iters,
                   "timed calls per size; 0 = enough for 0.2 s, 20..10000, capped near 2 s")
       ->capture_default_str();
-  flags->check_option =
+  const CLI::Option* check =
       sub->add_option("-c,--check", flags->check,
                       "check every output element: -c or --check=1 enables, --check=0 disables")
           ->expected(0, 1);
+  flags->check_given = [check] { return check->count() > 0; };
   sub->add_flag("--csv", flags->csv,
                 "print only CSV rows lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,"
                 "busbw_GBs (out-of-place; count and bytes of the total buffer)");

@@ -201,7 +201,7 @@ Result<BenchConfig> MakeConfig(const BenchFlags& f) {
   cfg.warmup = f.warmup;
   cfg.iters = f.iters;
 
-  if (f.check_option != nullptr && f.check_option->count() > 0) {
+  if (f.check_given && f.check_given()) {
     std::string v;
     for (char c : f.check) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (v.empty() || v == "1" || v == "true" || v == "yes" || v == "on") {
@@ -258,7 +258,7 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
   optional("--sizes", f.sizes);
   optional("--segment-bytes", f.segment_bytes);
   optional("--algo", f.algo);
-  if (f.check_option != nullptr && f.check_option->count() > 0) {
+  if (f.check_given && f.check_given()) {
     args.push_back("--check=" + (f.check.empty() ? std::string("1") : f.check));
   }
   if (f.csv) args.push_back("--csv");
