@@ -336,6 +336,7 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   ::testing::InitGoogleTest(&argc, argv);
+  chorus::testing::HugeTestPages() = false;  // see support/test_bytes.h
   const int rank = chorus::WorldRank();
   if (rank != 0) {
     ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();

@@ -3,7 +3,8 @@
 // Each rank listens on one socket and publishes its address through the store. Connections are
 // made lazily, the first time an algorithm touches a peer: the lower rank dials, both sides
 // prove the job's secret (rendezvous/auth.h), and only then are the link's staging slots
-// allocated and touched. A link is one socket carrying frames both ways (frame.h): data frames
+// allocated and touched (core/pages.h: on huge pages where the kernel gives them, so the
+// 2 x depth x slot_bytes of a link cost a few first touches, not one per 4 KiB). A link is one socket carrying frames both ways (frame.h): data frames
 // hold one segment, control frames carry the group's failure and a rank's refusal of a call.
 //
 // Per link and direction there are `depth` slots of slot_bytes, which is the credit window:
