@@ -56,6 +56,7 @@
 #include "algo/select.h"
 #include "bench_check.h"
 #include "bench_config.h"
+#include "busy.h"
 #include "chorus/chorus.h"
 #include "commands.h"
 #include "core/collectives.h"
@@ -67,10 +68,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Automatic iteration count, as the peers choose it (bench_common.h choose_iters).
-constexpr double kMinSeconds = 0.2;
+// Automatic iteration count, as the peers choose it (bench_common.h choose_iters), for
+// BenchConfig::min_seconds of calls (0.2 s by default); a longer --min-seconds lifts the ceiling
+// to kMaxLongIters.
 constexpr int kMinIters = 20;
 constexpr int kMaxIters = 10000;
+constexpr int kMaxLongIters = 4'000'000;
 constexpr int kProbeIters = 3;
 constexpr int kMaxExtraWarmup = 2000;
 // Cap for slow sizes: about this long per placement, but never fewer than kMinCappedIters calls.
@@ -96,6 +99,10 @@ using Bytes = std::unique_ptr<uint8_t, FreeDeleter>;
 struct Timing {
   double median_s = 0;
   double min_s = 0;
+  double mean_s = 0;  // what a user feels: the calls that waited a scheduler slice count
+  double max_s = 0;   // the slowest call
+  size_t calls = 0;
+  double total_s = 0;  // of the timed calls (the slowest rank's, per call)
 };
 
 struct Row {
@@ -124,21 +131,27 @@ struct IterPlan {
   int extra_warmup = 0;
 };
 
-IterPlan ChooseIters(double probe_s) {
-  double want = probe_s > 0 ? std::ceil(kMinSeconds / probe_s) : kMaxIters;
-  want = std::clamp<double>(want, kMinIters, kMaxIters);
-  if (want * probe_s > kMaxSeconds) {
+IterPlan ChooseIters(double probe_s, double min_seconds) {
+  const bool longer = min_seconds > kDefaultMinSeconds;
+  const int max_iters = longer ? kMaxLongIters : kMaxIters;
+  double want = probe_s > 0 ? std::ceil(min_seconds / probe_s) : max_iters;
+  want = std::clamp<double>(want, kMinIters, max_iters);
+  if (!longer && want * probe_s > kMaxSeconds) {
     want = std::max<double>(kMinCappedIters, std::floor(kMaxSeconds / probe_s));
   }
   const int iters = static_cast<int>(want);
   return {iters, std::min(iters / 10, kMaxExtraWarmup)};
 }
 
-// Median and minimum of the per-iteration times (already the slowest rank's).
+// Median, minimum and mean of the per-iteration times (already the slowest rank's).
 Timing Summarize(std::vector<double>& times) {
   Timing timing;
+  for (double t : times) timing.total_s += t;
+  timing.calls = times.size();
+  timing.mean_s = times.empty() ? 0 : timing.total_s / static_cast<double>(times.size());
   timing.median_s = Median(times);  // sorts
   timing.min_s = times.empty() ? 0 : times.front();
+  timing.max_s = times.empty() ? 0 : times.back();
   return timing;
 }
 
@@ -278,7 +291,7 @@ Status BenchRank::BenchSize(size_t op_index, const SizePoint& size) {
       // Every rank derives the same plan from the same maximum.
       double probe_s = Seconds(Clock::now() - start) / kProbeIters;
       CHORUS_RETURN_IF_ERROR(group_.MaxOverRanks(std::span<double>(&probe_s, 1)));
-      const IterPlan plan = ChooseIters(probe_s);
+      const IterPlan plan = ChooseIters(probe_s, cfg_.min_seconds);
       iters = plan.iters;
       for (int i = 0; i < plan.extra_warmup; ++i) CHORUS_RETURN_IF_ERROR(Call(op, where, size));
     }
@@ -438,20 +451,38 @@ void BenchRank::PrintTableHeader(BenchOp op) const {
       "timeout: %lld ms segment: %zu B\n#\n",
       cfg_.min_bytes, cfg_.max_bytes, step.c_str(), cfg_.warmup, iters.c_str(), cfg_.check ? 1 : 0,
       static_cast<long long>(cfg_.timeout.count()), segment);
+  if (cfg_.busy > 0) {
+    std::printf(
+        "# beside %d busy process%s; time: the median, mean: the mean per call (at least "
+        "%g s of calls)\n",
+        cfg_.busy, cfg_.busy == 1 ? "" : "es", cfg_.min_seconds);
+  }
   // Column layout of Report(): 44 characters of size, count, type and redop, then two groups of
-  // 33 (time, algbw, busbw, #wrong), each group's title centred above it.
-  std::string titles = "#" + std::string(109, ' ');
-  titles.replace(44 + (33 - 12) / 2, 12, "out-of-place");
-  titles.replace(77 + (33 - 8) / 2, 8, "in-place");
+  // 33 (time, algbw, busbw, #wrong; 42 with the mean after the time), each group's title centred
+  // above it.
+  const int group = cfg_.mean ? 42 : 33;
+  std::string titles = "#" + std::string(static_cast<size_t>(44 + 2 * group), ' ');
+  titles.replace(static_cast<size_t>(44 + (group - 12) / 2), 12, "out-of-place");
+  titles.replace(static_cast<size_t>(44 + group + (group - 8) / 2), 8, "in-place");
   std::printf("%s\n", RightTrimmed(titles).c_str());
-  const char* format = "# %10s  %12s  %8s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s";
-  char line[160];
-  std::snprintf(line, sizeof(line), format, "size", "count", "type", "redop", "time", "algbw",
-                "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  std::printf("%s\n", line);
-  std::snprintf(line, sizeof(line), format, "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)",
-                "", "(us)", "(GB/s)", "(GB/s)", "");
-  std::printf("%s\n", RightTrimmed(line).c_str());
+  const auto columns = [this](const char* time, const char* mean, const char* algbw,
+                              const char* busbw, const char* wrong) {
+    char cell[64];
+    if (cfg_.mean) {
+      std::snprintf(cell, sizeof(cell), "  %7s  %7s  %6s  %6s  %6s", time, mean, algbw, busbw,
+                    wrong);
+    } else {
+      std::snprintf(cell, sizeof(cell), "  %7s  %6s  %6s  %6s", time, algbw, busbw, wrong);
+    }
+    return std::string(cell);
+  };
+  char head[64];
+  std::snprintf(head, sizeof(head), "# %10s  %12s  %8s  %6s", "size", "count", "type", "redop");
+  const std::string titles_row = columns("time", "mean", "algbw", "busbw", "#wrong");
+  std::printf("%s%s%s\n", head, titles_row.c_str(), titles_row.c_str());
+  std::snprintf(head, sizeof(head), "# %10s  %12s  %8s  %6s", "(B)", "(elements)", "", "");
+  const std::string units = columns("(us)", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("%s\n", RightTrimmed(head + units + units).c_str());
   std::fflush(stdout);
 }
 
@@ -462,6 +493,11 @@ void BenchRank::Report(BenchOp op, const Row& row) {
   total_wrong_ += row.wrong[0] + row.wrong[1];
   if (cfg_.csv) {
     const Timing& t = row.time[0];
+    // The mean rides on a comment line before its row, so the row keeps the peers' 9 columns.
+    if (cfg_.mean) {
+      std::printf("#mean_us,%.3f,%zu,%.3f,%.3f\n", t.mean_s * 1e6, t.calls, t.total_s,
+                  t.max_s * 1e6);
+    }
     std::printf("%s,%s,%d,%zu,%zu,%.3f,%.3f,%.4f,%.4f\n", cfg_.lib.c_str(),
                 std::string(BenchOpName(op)).c_str(), ranks_, row.size.total,
                 row.size.total * elem_, t.median_s * 1e6, t.min_s * 1e6, algbw(t),
@@ -492,8 +528,10 @@ void BenchRank::Report(BenchOp op, const Row& row) {
       std::snprintf(wrong, sizeof(wrong), "%6s", "N/A");
     }
     char cell[96];
-    std::snprintf(cell, sizeof(cell), "  %s  %6.2f  %6.2f  %s",
-                  FormatTime(t.median_s * 1e6).c_str(), algbw(t), algbw(t) * factor, wrong);
+    const std::string mean = cfg_.mean ? "  " + FormatTime(t.mean_s * 1e6) : "";
+    std::snprintf(cell, sizeof(cell), "  %s%s  %6.2f  %6.2f  %s",
+                  FormatTime(t.median_s * 1e6).c_str(), mean.c_str(), algbw(t), algbw(t) * factor,
+                  wrong);
     line += cell;
     busbw_sum_ += algbw(t) * factor;
     ++busbw_count_;
@@ -617,8 +655,20 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
   sub->add_option("-w,--warmup_iters,--warmup-iters", flags->warmup, "untimed calls per size")
       ->capture_default_str();
   sub->add_option("--iters", flags->iters,
-                  "timed calls per size; 0 = enough for 0.2 s, 20..10000, capped near 2 s")
+                  "timed calls per size; 0 = enough for --min-seconds (20..10000 calls, capped "
+                  "near 2 s)")
       ->capture_default_str();
+  sub->add_option("--min-seconds", flags->min_seconds,
+                  "with automatic --iters, time at least this long per size (barrier and call "
+                  "per iteration); default 0.2, or 2 with --busy. Above 0.2 the count may reach "
+                  "4,000,000 calls and slow sizes are not capped");
+  sub->add_option("--busy", flags->busy,
+                  "run N busy processes (unbound spinning loops) beside the job for the whole "
+                  "run, the load of a data loader or a compile; implies --mean and 2 s per size");
+  sub->add_flag("--mean", flags->mean,
+                "also report the mean per call (table: a mean column; CSV: a line "
+                "'#mean_us,MEAN,CALLS,SECONDS,MAX_US' before each row: the mean, the timed calls, "
+                "their total time and the slowest of them)");
   const CLI::Option* check =
       sub->add_option("-c,--check", flags->check,
                       "check every output element: -c or --check=1 enables, --check=0 disables")
@@ -670,6 +720,25 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                    "mpirun -np N chorus bench --transport mpi ... (or srun)\n");
       exit_code = kExitUsage;
       return;
+    }
+    // The busy processes belong to the parent (a worker only knows how many there are); they
+    // outlive an exec into chorus launch and die with this process.
+    std::unique_ptr<BusyLoops> busy;
+    if (cfg->busy > 0 && !flags->rank_worker && StartedByForeignLauncher()) {
+      std::fprintf(stderr,
+                   "chorus bench: --busy starts its busy processes from one parent; under mpirun "
+                   "or srun every rank would: start them beside the job instead (as "
+                   "scripts/compare-peers.sh BUSY=N does)\n");
+      exit_code = kExitUsage;
+      return;
+    }
+    if (cfg->busy > 0 && !flags->rank_worker) {
+      Result<std::unique_ptr<BusyLoops>> started = BusyLoops::Start(cfg->busy);
+      if (!started.ok()) {
+        exit_code = FailureExit(started.status());
+        return;
+      }
+      busy = std::move(*started);
     }
     if (flags->rank_worker || StartedByForeignLauncher()) {
       // This process is one of a launcher's ranks (ours, or mpirun's / srun's): processes meet

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "algo/select.h"
 #include "core/collectives.h"
@@ -200,6 +201,18 @@ Result<BenchConfig> MakeConfig(const BenchFlags& f) {
   if (f.iters < 0) return InvalidArgument("--iters must be >= 1 (or 0 for automatic)");
   cfg.warmup = f.warmup;
   cfg.iters = f.iters;
+  if (!(f.min_seconds >= 0) || f.min_seconds > 3600) {
+    return InvalidArgument("--min-seconds must be between 0 and 3600, got " +
+                           std::to_string(f.min_seconds));
+  }
+  if (f.busy < 0 || f.busy > 64) {
+    return InvalidArgument("--busy must be between 0 and 64, got " + std::to_string(f.busy));
+  }
+  cfg.busy = f.busy;
+  cfg.min_seconds = f.min_seconds > 0 ? f.min_seconds
+                    : f.busy > 0      ? kBusyMinSeconds
+                                      : kDefaultMinSeconds;
+  cfg.mean = f.mean || f.busy > 0;
 
   if (f.check_given && f.check_given()) {
     std::string v;
@@ -263,6 +276,15 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
   }
   if (f.csv) args.push_back("--csv");
   if (f.csv_header) args.push_back("--header");
+  // The parent runs the busy processes; its workers know of them (the table says so, and the
+  // timing defaults follow) but start none (--rank-worker).
+  if (f.busy > 0) args.push_back("--busy=" + std::to_string(f.busy));
+  if (f.min_seconds > 0) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.17g", f.min_seconds);
+    args.push_back(std::string("--min-seconds=") + seconds);
+  }
+  if (f.mean) args.push_back("--mean");
   return args;
 }
 

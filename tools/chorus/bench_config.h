@@ -41,6 +41,11 @@ double BusFactor(BenchOp op, int ranks);
 // "4096", "32K", "64M", "1G", "8KiB", "2mb": suffixes are powers of 1024.
 std::optional<size_t> ParseBytes(std::string_view text);
 
+// Automatic iteration counts aim at this much time per size, as the peers do; under --busy at
+// kBusyMinSeconds, so that the mean counts the calls that waited a scheduler slice.
+constexpr double kDefaultMinSeconds = 0.2;
+constexpr double kBusyMinSeconds = 2.0;
+
 struct BenchConfig {
   std::vector<BenchOp> ops;
   TransportKind transport = TransportKind::kThread;
@@ -54,6 +59,11 @@ struct BenchConfig {
   ReduceOp redop = ReduceOp::kSum;
   int warmup = 5;
   int iters = 0;  // 0: automatic
+  // Automatic counts time at least this long per size (barrier and call per iteration); above
+  // the default the 10000-call ceiling and the ~2 s cap of slow sizes no longer apply.
+  double min_seconds = kDefaultMinSeconds;
+  int busy = 0;       // busy processes beside the job (--busy), started by the parent
+  bool mean = false;  // report the mean per call beside the median
   bool check = false;
   bool csv = false;
   bool csv_header = false;
@@ -79,6 +89,9 @@ struct BenchFlags {
   std::string redop = "sum";
   int warmup = 5;
   int iters = 0;
+  double min_seconds = 0;  // 0: kDefaultMinSeconds, or kBusyMinSeconds with --busy
+  int busy = 0;
+  bool mean = false;
   std::string check;
   // Whether -c/--check was given at all (CLI11 knows; this header does without its 9 s of
   // compile time).

@@ -91,15 +91,22 @@ class ThreadRankGroup final : public RankGroup {
     if (shared_.stop_) return Aborted("another rank has stopped");
     return Status::Ok();
   }
-  // std::barrier wakes the waiting threads one futex wake-up after the last arrival, so their
-  // timed calls would start microseconds apart and the earliest would time its wait for the
-  // others. A one-element chorus all-reduce after it releases every rank within a spin, as
-  // process ranks are released.
+  // Not the std::barrier: its waiters sleep on a futex, and a thread that wakes from a sleep
+  // beside a busy process is the one the scheduler preempts soon after (a 2-rank 32-byte
+  // all-reduce beside one busy loop averaged 27-100 us per timed call after it, 1-5 us after a
+  // chorus all-reduce). One-element chorus all-reduces line the ranks up instead, as they do
+  // process ranks and as MPI_Barrier does the peers': the first gathers them, the second
+  // releases every rank within a spin of the last arrival. A rank that left the group (its
+  // body failed) has had its communicator aborted, so these fail on the others.
   Status StartTogether() override {
-    CHORUS_RETURN_IF_ERROR(Barrier());
-    uint32_t token = 0;
-    const Status s = comm().AllReduce(std::span<uint32_t>(&token, 1), ReduceOp::kSum);
-    return s.ok() ? s : Status(s.code(), "sync (start): " + s.message());
+    NoteProgress();
+    if (shared_.departed_.load()) return Aborted("another rank has stopped");
+    for (const char* what : {"sync (gather): ", "sync (start): "}) {
+      uint32_t token = 0;
+      const Status s = comm().AllReduce(std::span<uint32_t>(&token, 1), ReduceOp::kSum);
+      if (!s.ok()) return Status(s.code(), what + s.message());
+    }
+    return Status::Ok();
   }
   Status MaxOverRanks(std::span<double> values) override {
     return Combine(values, shared_.doubles_, [](double a, double b) { return std::max(a, b); });
