@@ -3,6 +3,8 @@
 #include "core/wait.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
@@ -139,6 +141,56 @@ TEST(Waiter, TheBeaconShowsWhomTheRankWaitsOn) {
   EXPECT_EQ(seen.load(), 3);
   EXPECT_EQ(beacon.waiting_for.load(), 0);
   EXPECT_NE(beacon.beat_ns.load(), 0);
+}
+
+// A rank whose thread is bound to one CPU, among ranks that fit on the cores, earns a spin of
+// up to WaitPolicy::bound_spin; an unbound one never spins longer than WaitPolicy::spin. Each
+// wait below is met a few polls after the wait first reads the clock (where the binding is
+// looked at), so its spin pays and doubles; a preempted wait halves it, and the next ones
+// double it back.
+std::chrono::nanoseconds EarnedSpin(const WaitPolicy& policy, bool bind, bool* was_bound) {
+  if (bind) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    EXPECT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  }
+  *was_bound = BoundToOneCpu();
+  Waiter waiter(policy);
+  Doorbell bell;
+  std::chrono::nanoseconds most{0};
+  // Until the spin reaches the bound cap; 200 waits where there is none.
+  const int waits = policy.bound_spin.count() > 0 ? 10000 : 200;
+  for (int i = 0; i < waits && (most < policy.bound_spin || policy.bound_spin.count() == 0); ++i) {
+    waiter.StartCall(milliseconds(60000));
+    int polls = 0;
+    EXPECT_EQ(
+        waiter.Wait([&] { return ++polls > Waiter::kFirstPolls + 4; }, [] { return false; }, bell),
+        WaitResult::kReady);
+    most = std::max(most, waiter.spin());
+  }
+  return most;
+}
+
+TEST(Waiter, ARankBoundToItsOwnCoreSpinsLongerAndOneUnboundDoesNot) {
+  const WaitPolicy fit = WaitPolicy::For(1);
+  ASSERT_GT(fit.bound_spin, fit.spin);
+  std::chrono::nanoseconds bound_most{0};
+  std::chrono::nanoseconds free_most{0};
+  bool bound = false;
+  bool free_bound = true;
+  std::thread([&] { bound_most = EarnedSpin(fit, true, &bound); }).join();
+  std::thread([&] { free_most = EarnedSpin(fit, false, &free_bound); }).join();
+  EXPECT_TRUE(bound);
+  EXPECT_EQ(bound_most, fit.bound_spin);
+  if (!free_bound) {  // a one-CPU machine binds every thread
+    EXPECT_LE(free_most, fit.spin);
+  }
+  // Ranks that outnumber the cores never spin, bound or not.
+  const WaitPolicy crowded = WaitPolicy::For(UsableCpus() + 1);
+  EXPECT_EQ(crowded.bound_spin.count(), 0);
+  std::thread([&] { bound_most = EarnedSpin(crowded, true, &bound); }).join();
+  EXPECT_EQ(bound_most.count(), 0);
 }
 
 }  // namespace

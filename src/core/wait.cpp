@@ -46,13 +46,33 @@ int UsableCpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+bool BoundToOneCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
+// The measurements behind these figures are in docs/waiting.md.
 WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
   using std::chrono::microseconds;
-  // Even when the ranks fit on the cores, other work may share them: a long spin could hold
-  // the very core the awaited peer is queued on. So spin only briefly, then yield (which costs
-  // little when nobody else wants the core), and only then sleep.
-  if (ranks_on_this_host <= UsableCpus()) return {microseconds(3), microseconds(500)};
-  return {microseconds(0), microseconds(1000)};
+  if (ranks_on_this_host <= UsableCpus()) {
+    // Unbound ranks that fit can still land on one core, or share one with other work: a long
+    // spin could hold the very core the awaited peer is queued on. So spin briefly, then yield
+    // (which hands the core to a peer queued there; a yield that gave it to other work for a
+    // slice turns the yields off for a while), and only then sleep. A rank bound to a core of
+    // its own spins up to 1 ms instead and never yields: beside a busy process, its peer is
+    // back within a time slice, and a rank that had slept would come back later still.
+    return {microseconds(3), microseconds(500), false, true, microseconds(1000)};
+  }
+  return {microseconds(0), microseconds(1000), false, true, {}};
+}
+
+void Waiter::CheckBinding(Clock::time_point now) {
+  binding_checked_until_ = now + kBindingCheckEvery;
+  const bool bound = BoundToOneCpu();
+  spin_cap_ = bound ? policy_.bound_spin : policy_.spin;
+  yield_ = bound ? std::chrono::nanoseconds(0) : policy_.yield;
+  spin_ = std::min(spin_, spin_cap_);
 }
 
 void CpuRelax() {

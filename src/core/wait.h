@@ -124,21 +124,28 @@ struct WaitPolicy {
   // False for transports that progress only when polled: nothing would wake a sleeper, so a
   // busy machine is no reason to stop yielding.
   bool may_sleep = true;
+  // When the ranks fit on the cores and the waiting thread is bound to one CPU (as bench, demo
+  // and mpirun bind such ranks), that CPU is its own: spin up to this long, earned as `spin` is,
+  // and never yield, since a yield could only hand the core to other work for a time slice.
+  // Zero: binding changes nothing.
+  std::chrono::nanoseconds bound_spin{0};
 
   // Spin only when every rank has a core of its own; yield longer when they share.
   static WaitPolicy For(int ranks_on_this_host);
   // For transports that progress only when polled: yield between polls, never sleep.
   static WaitPolicy PollOnly() {
-    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365), false, false};
+    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365), false, false, {}};
   }
   // Sleep at once, every time (WaitMode::kSleep and kSleepChecked).
   static WaitPolicy SleepOnly(bool check_wakeups) {
-    return {std::chrono::nanoseconds(0), std::chrono::nanoseconds(0), check_wakeups};
+    return {std::chrono::nanoseconds(0), std::chrono::nanoseconds(0), check_wakeups, true, {}};
   }
 };
 
 // Number of CPUs this process may run on.
 int UsableCpus();
+// Whether the calling thread may run on exactly one CPU.
+bool BoundToOneCpu();
 
 void CpuRelax();
 void YieldCpu();
@@ -169,9 +176,15 @@ class Waiter {
   // With check_wakeups: how long a ring may trail the change it announces (its sender may be
   // preempted in between) before the wait calls it lost.
   static constexpr std::chrono::milliseconds kRingGrace{2000};
+  // How often a waiting rank looks again whether its thread is bound (WaitPolicy::bound_spin).
+  static constexpr std::chrono::milliseconds kBindingCheckEvery{1000};
 
   explicit Waiter(const WaitPolicy& policy, Beacon* beacon = nullptr)
-      : policy_(policy), spin_(policy.spin), beacon_(beacon) {}
+      : policy_(policy),
+        spin_cap_(policy.spin),
+        yield_(policy.yield),
+        spin_(policy.spin),
+        beacon_(beacon) {}
 
   // Starts a call: its waits give up `timeout` after the first of them that reads the clock.
   void StartCall(std::chrono::milliseconds timeout) {
@@ -190,10 +203,10 @@ class Waiter {
 
  private:
   std::chrono::nanoseconds NextSpin() {
-    if (spin_ >= kProbe || policy_.spin < kProbe) return spin_;
+    if (spin_ >= kProbe || spin_cap_ < kProbe) return spin_;
     return ++unspun_waits_ % kProbeEvery == 0 ? kProbe : std::chrono::nanoseconds(0);
   }
-  void SpinPaid() { spin_ = std::min(policy_.spin, std::max(kProbe, 2 * spin_)); }
+  void SpinPaid() { spin_ = std::min(spin_cap_, std::max(kProbe, 2 * spin_)); }
   void SpinWasted() { spin_ = spin_ / 2 < kProbe ? std::chrono::nanoseconds(0) : spin_ / 2; }
   Deadline DeadlineFrom(Clock::time_point now) {
     if (!deadline_fixed_) {
@@ -203,8 +216,15 @@ class Waiter {
     return deadline_;
   }
 
+  // Looks whether this thread is bound to one CPU (at most every kBindingCheckEvery, on a wait
+  // that reads the clock anyway) and sets the spin cap and the yield phase to match.
+  void CheckBinding(Clock::time_point now);
+
   WaitPolicy policy_;
-  std::chrono::nanoseconds spin_;  // earned spin, 0 or in [kProbe, policy_.spin]
+  std::chrono::nanoseconds spin_cap_;  // policy_.spin, or policy_.bound_spin while bound
+  std::chrono::nanoseconds yield_;     // policy_.yield, or none while bound
+  Clock::time_point binding_checked_until_{};
+  std::chrono::nanoseconds spin_;  // earned spin, 0 or in [kProbe, spin_cap_]
   uint32_t unspun_waits_ = 0;
   std::chrono::milliseconds timeout_{0};
   Deadline deadline_{};
@@ -240,11 +260,12 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
     }
   }
   const Clock::time_point start = Clock::now();
+  if (policy_.bound_spin.count() > 0 && start >= binding_checked_until_) CheckBinding(start);
   const Deadline deadline = DeadlineFrom(start);
   const Clock::time_point spin_end = start + spin;
   // While the machine is known to be busy, yielding only gives the core away for a tick.
   Clock::time_point yield_end =
-      start < contended_until_ && policy_.may_sleep ? spin_end : spin_end + policy_.yield;
+      start < contended_until_ && policy_.may_sleep ? spin_end : spin_end + yield_;
   for (uint32_t i = 0;; ++i) {
     if (ready()) {
       if (spinning) SpinPaid();
