@@ -10,6 +10,19 @@
 #
 #   scripts/compare-peers.sh                                   # full matrix, see runtime below
 #   REPS=1 MODES=keepheap NPS=2 COUNTS=8 scripts/compare-peers.sh   # smoke test, ~1 minute
+#   BUSY="0 1 2" OPS=allreduce scripts/compare-peers.sh         # under load, with means
+#
+# Under load (BUSY set): the same comparison beside busy processes, `( while :; do :; done ) &`
+# as a training job's data loader or a compile would be. For each repetition, each entry of
+# BUSY (busy loops started before and killed after each run), each NPS and each library in
+# turn (Open MPI, MPICH, chorus thread and shm ranks; TCP with CHORUS_TCP=1), one run times
+# every OPS and COUNTS with at least MIN_TIME [2] seconds of calls per size. Every side reports
+# the mean per call beside the median: chorus through `chorus bench --mean`, the MPI peers
+# through scripts/peer_mean.h, which this script force-includes when it builds them (their
+# source stays as it is). run_all.sh is not used there: it cannot lift the peers' ceiling of
+# 100000 calls, which a 32-byte size reaches in a fraction of the 2 s. The lib column names the
+# load ("openmpi@busy1"); the table gains a mean section. Gloo is left out (it is the TCP
+# peer, and the issue's targets are the MPI libraries on one host).
 #
 # Knobs (environment variables, defaults in brackets):
 #   REPS [3]              repetitions of the whole matrix (outermost loop)
@@ -34,6 +47,8 @@
 #                         the peers' collectives (run_all.sh's names)
 #   JOBS [2]              compile jobs when chorus has to be built
 #   MIN_TIME, MIN_ITERS, RUN_TIMEOUT, SKIP_BUILD, LIBS pass through to run_all.sh.
+#   BUSY [unset]          busy-loop counts, e.g. "0 1 2": run the load comparison above
+#   CHORUS_TCP [0]        1 = the load comparison also runs chorus over TCP on loopback
 #
 # Output in OUT_DIR: peers.csv (every per-run row, 9 columns as summarize.py reads them),
 # run_all.out / run_all.log (the harness's stdout and progress), table.md and one
@@ -70,6 +85,72 @@ die() {
   exit 1
 }
 
+# The comparison under load (BUSY set; see the top of this file). Writes $out_dir/peers.csv.
+busy_pids=()
+stop_busy() {
+  if [ ${#busy_pids[@]} -gt 0 ]; then
+    kill "${busy_pids[@]}" 2> /dev/null || true
+    wait "${busy_pids[@]}" 2> /dev/null || true
+  fi
+  busy_pids=()
+}
+run_under_load() {
+  local min_time=${MIN_TIME:-2} run_timeout=${RUN_TIMEOUT:-600} bin_dir="$out_dir/bin"
+  local flags="-O3 -march=native -std=c++17 -Wall -Wno-sign-compare"
+  mkdir -p "$bin_dir" "$out_dir/raw"
+  command -v mpicxx.openmpi > /dev/null && command -v mpicxx.mpich > /dev/null ||
+    die "the load comparison needs Open MPI and MPICH: apt-get install openmpi-bin libopenmpi-dev mpich libmpich-dev"
+  echo "compare-peers.sh: building the MPI peers with scripts/peer_mean.h" >&2
+  mpicxx.openmpi $flags -include "$root/scripts/peer_mean.h" -o "$bin_dir/mpi_coll_bench_openmpi" \
+    "$peers_dir/mpi_coll_bench.cpp" || die "could not build the Open MPI peer"
+  mpicxx.mpich $flags -include "$root/scripts/peer_mean.h" -o "$bin_dir/mpi_coll_bench_mpich" \
+    "$peers_dir/mpi_coll_bench.cpp" || die "could not build the MPICH peer"
+  local libs="openmpi mpich chorus-thread chorus-shm"
+  [ "${CHORUS_TCP:-0}" = 1 ] && libs+=" chorus-tcp"
+  local peer_args=(--counts "$COUNTS" --ops "$OPS" --min-time "$min_time" --max-iters 4000000)
+  trap 'stop_busy; rm -f "$bin_copy"' EXIT
+  echo "compare-peers.sh: REPS=$REPS BUSY=\"$BUSY\" NPS=\"$NPS\" COUNTS=$COUNTS OPS=$OPS" \
+    "MIN_TIME=$min_time -> $out_dir" >&2
+  local rep busy np lib cmd name rc
+  for rep in $(seq 1 "$REPS"); do
+    for busy in $BUSY; do
+      for np in $NPS; do
+        for lib in $libs; do
+          case $lib in
+            openmpi)
+              cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np"
+                "$bin_dir/mpi_coll_bench_openmpi" --lib "openmpi@busy$busy" "${peer_args[@]}") ;;
+            mpich)
+              cmd=(mpirun.mpich -np "$np" "$bin_dir/mpi_coll_bench_mpich" --lib "mpich@busy$busy"
+                "${peer_args[@]}") ;;
+            chorus-*)
+              cmd=("$bin_copy" bench --csv --mean --min-seconds "$min_time" -n "$np"
+                --ops "$OPS" --sizes "$sizes" --transport "${lib#chorus-}" --lib "$lib@busy$busy") ;;
+          esac
+          for _ in $(seq 1 "$busy"); do
+            (while :; do :; done) &
+            busy_pids+=($!)
+          done
+          name="rep${rep}_busy${busy}_np${np}_${lib}"
+          rc=0
+          timeout -k 5 "$run_timeout" "${cmd[@]}" > "$out_dir/raw/$name.csv" \
+            2> "$out_dir/raw/$name.err" || rc=$?
+          stop_busy
+          echo "compare-peers.sh: $name rc=$rc" >&2
+          [ $rc -eq 0 ] || tail -3 "$out_dir/raw/$name.err" >&2
+        done
+      done
+    done
+  done
+  {
+    echo "lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,busbw_GBs"
+    for f in "$out_dir"/raw/rep*.csv; do
+      echo "# $(basename "$f" .csv)"
+      grep -v -e '^lib,' -e '^# ' "$f" || true
+    done
+  } > "$out_dir/peers.csv"
+}
+
 if [ ! -x "$peers_dir/run_all.sh" ]; then
   die "no peer harness at $peers_dir/run_all.sh; set PEERS_DIR to the shared/peers directory"
 fi
@@ -103,6 +184,12 @@ bin_copy=$(mktemp "${TMPDIR:-/tmp}/chorus-compare.XXXXXX")
 trap 'rm -f "$bin_copy"' EXIT
 cp "$chorus_bin" "$bin_copy"
 chmod +x "$bin_copy"
+
+if [ -n "${BUSY:-}" ]; then
+  run_under_load
+  "$python" "$root/scripts/compare_peers.py" "$out_dir/peers.csv" "$out_dir"
+  exit 0
+fi
 
 # run_all.sh runs this with bash -c once per (rep, mode, ranks), NP, MODE and SUFFIX set. All
 # three transports run even when one fails; the first failure's status reaches run_all.sh,

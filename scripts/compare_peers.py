@@ -19,6 +19,12 @@ Also writes OUT_DIR/summary.csv (the aggregated rows) and OUT_DIR/busbw_<op>.png
 against size, log axes, one panel per rank count, chorus solid, peers dashed.
 Runs in about a second; needs only matplotlib (Agg backend, no display).
 
+Means and load (scripts/compare-peers.sh with BUSY): a line "#mean_us,MEAN,CALLS,SECONDS,MAX_US"
+right before a row gives that row's mean per call and slowest call (chorus bench --mean, and the
+MPI peers built with scripts/peer_mean.h). A lib named "name@busyN" ran beside N busy loops;
+the tables then have a load column and compare like with like, and a second table compares
+the means (each the median over runs of the per-run means) and gives the slowest call seen.
+
 Ratios from one run are meaningful; absolute figures move ~25 % between runs on this machine.
 """
 
@@ -45,8 +51,11 @@ CHORUS_COLORS = {"thread": "#1f4e9c", "shm": "#2ca02c", "tcp": "#d62728"}
 PEER_COLORS = {"openmpi": "#ff7f0e", "mpich": "#9467bd", "gloo": "#8c564b"}
 OTHER_COLORS = ["#17becf", "#bcbd22", "#7f7f7f", "#e377c2"]
 
-# One aggregated (lib, op, ranks, count): times in us, bandwidths in GB/s.
-Cell = collections.namedtuple("Cell", "bytes median_us min_us algbw busbw runs")
+# One aggregated (lib, op, ranks, count): times in us, bandwidths in GB/s; mean_us and max_us
+# are None for rows that came without a mean line.
+Cell = collections.namedtuple("Cell", "bytes median_us min_us algbw busbw runs mean_us max_us")
+MEAN_PREFIX = "#mean_us,"
+LOAD_MARK = "@"
 
 
 def bus_factor(op, ranks):
@@ -60,11 +69,26 @@ def bus_factor(op, ranks):
     return (ranks - 1) / ranks
 
 
+def parse_mean(line):
+    """(mean_us, max_us) of a "#mean_us,MEAN,CALLS,SECONDS,MAX_US" line, or None."""
+    parts = line[len(MEAN_PREFIX):].split(",")
+    try:
+        return float(parts[0]), float(parts[3]) if len(parts) >= 4 else None
+    except (ValueError, IndexError):
+        return None
+
+
 def read_runs(lines):
-    """Maps (lib, op, ranks, count) to {"bytes", "meds": run medians, "mins": run minima}."""
+    """Maps (lib, op, ranks, count) to {"bytes", "meds": run medians, "mins": run minima,
+    "means": run means, "maxes": run slowest calls} (the last two only from mean lines)."""
     runs = {}
+    pending = None  # the mean line just read, for the row that follows it
     for line in lines:
         line = line.strip()
+        if line.startswith(MEAN_PREFIX):
+            pending = parse_mean(line)
+            continue
+        mean, pending = pending, None
         if not line or line.startswith("#") or line.startswith("lib,"):
             continue
         parts = line.split(",")
@@ -77,9 +101,14 @@ def read_runs(lines):
             minimum = float(parts[6])
         except ValueError:
             continue
-        entry = runs.setdefault(key, {"bytes": size, "meds": [], "mins": []})
+        entry = runs.setdefault(key, {"bytes": size, "meds": [], "mins": [], "means": [],
+                                      "maxes": []})
         entry["meds"].append(median)
         entry["mins"].append(minimum)
+        if mean is not None:
+            entry["means"].append(mean[0])
+            if mean[1] is not None:
+                entry["maxes"].append(mean[1])
     return runs
 
 
@@ -90,9 +119,22 @@ def aggregate(runs):
         _, op, ranks, _ = key
         median = statistics.median(entry["meds"])
         algbw = entry["bytes"] / (median * 1e-6) / 1e9 if median > 0 else 0.0
+        mean = statistics.median(entry["means"]) if entry["means"] else None
+        slowest = max(entry["maxes"]) if entry["maxes"] else None
         result[key] = Cell(entry["bytes"], median, min(entry["mins"]), algbw,
-                           algbw * bus_factor(op, ranks), len(entry["meds"]))
+                           algbw * bus_factor(op, ranks), len(entry["meds"]), mean, slowest)
     return result
+
+
+def split_load(lib):
+    """"openmpi@busy1" -> ("openmpi", "busy1"); a lib without a load -> (lib, "")."""
+    name, _, load = lib.partition(LOAD_MARK)
+    return name, load
+
+
+def load_sort_key(load):
+    digits = "".join(ch for ch in load if ch.isdigit())
+    return (int(digits) if digits else -1, load)
 
 
 def is_chorus(lib):
@@ -117,27 +159,34 @@ def op_sort_key(op):
 
 
 def build_rows(agg):
-    """One dict per (op, ranks, count) with chorus times, best peer and ratios (None = absent)."""
+    """One dict per (load, op, ranks, count) with chorus times, best peer and ratios (None =
+    absent), for medians and, where the rows had them, means."""
     suffix = chorus_suffix(agg)
     cells = {}
     for (lib, op, ranks, count), value in agg.items():
-        cells.setdefault((op, ranks, count), {})[lib] = value
+        name, load = split_load(lib)
+        cells.setdefault((load, op, ranks, count), {})[name] = value
     rows = []
-    for op, ranks, count in sorted(cells, key=lambda c: (op_sort_key(c[0]), c[1], c[2])):
-        cell = cells[(op, ranks, count)]
-        row = {"op": op, "ranks": ranks, "count": count,
+    for load, op, ranks, count in sorted(
+            cells, key=lambda c: (load_sort_key(c[0]), op_sort_key(c[1]), c[2], c[3])):
+        cell = cells[(load, op, ranks, count)]
+        row = {"load": load, "op": op, "ranks": ranks, "count": count,
                "bytes": next(iter(cell.values())).bytes}
-        for transport in TRANSPORTS:
-            value = cell.get(CHORUS_PREFIX + transport + suffix)
-            row[transport] = value.median_us if value else None
-        peers = {lib: value.median_us for lib, value in cell.items() if not is_chorus(lib)}
-        row["best_lib"] = min(peers, key=peers.get) if peers else None
-        row["best"] = peers[row["best_lib"]] if peers else None
-        gloo = [t for lib, t in peers.items() if base_name(lib) == "gloo"]
-        row["gloo"] = min(gloo) if gloo else None
-        for transport in TRANSPORTS:
-            row[transport + "/best"] = ratio(row[transport], row["best"])
-        row["tcp/gloo"] = ratio(row["tcp"], row["gloo"])
+        for stat, field in (("", "median_us"), ("mean:", "mean_us")):
+            for transport in TRANSPORTS:
+                value = cell.get(CHORUS_PREFIX + transport + suffix)
+                row[stat + transport] = getattr(value, field) if value else None
+            peers = {lib: getattr(value, field) for lib, value in cell.items()
+                     if not is_chorus(lib) and getattr(value, field) is not None}
+            row[stat + "best_lib"] = min(peers, key=peers.get) if peers else None
+            row[stat + "best"] = peers[row[stat + "best_lib"]] if peers else None
+            gloo = [t for lib, t in peers.items() if base_name(lib) == "gloo"]
+            row[stat + "gloo"] = min(gloo) if gloo else None
+            for transport in TRANSPORTS:
+                row[stat + transport + "/best"] = ratio(row[stat + transport], row[stat + "best"])
+            row[stat + "tcp/gloo"] = ratio(row[stat + "tcp"], row[stat + "gloo"])
+        slowest = {lib: value.max_us for lib, value in cell.items() if value.max_us is not None}
+        row["slowest"] = slowest
         rows.append(row)
     return rows, suffix
 
@@ -168,23 +217,45 @@ def format_ratio(value):
 
 def markdown_table(rows, suffix, max_runs):
     mode = "default mode" if suffix == "" else "keepheap mode (the run had no default mode)"
-    lines = [
-        f"Median over {max_runs} run(s) of per-run median time per call, in µs. Ratios are "
-        "chorus / peer time: < 1 means chorus is faster. chorus columns: " + mode + "; peers: "
-        "their faster mode.",
-        "",
-        "| op | p | size | chorus thread | chorus shm | chorus tcp | best peer (name) "
-        "| thread/best | shm/best | tcp/best | tcp/gloo |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        best = "-" if row["best"] is None else f"{format_us(row['best'])} ({row['best_lib']})"
-        cells = [row["op"], str(row["ranks"]), format_size(row["bytes"])]
-        cells += [format_us(row[t]) for t in TRANSPORTS]
-        cells.append(best)
-        cells += [format_ratio(row[t + "/best"]) for t in TRANSPORTS]
-        cells.append(format_ratio(row["tcp/gloo"]))
-        lines.append("| " + " | ".join(cells) + " |")
+    loads = any(row["load"] for row in rows)
+    means = any(row["mean:best"] is not None or any(row["mean:" + t] is not None
+                                                    for t in TRANSPORTS) for row in rows)
+    lines = []
+    for stat, title in (("", "per-run median time per call"), ("mean:", "per-run mean time per "
+                                                                 "call")):
+        if stat and not means:
+            continue
+        if lines:
+            lines.append("")
+        lines += [
+            f"Median over {max_runs} run(s) of {title}, in µs. Ratios are chorus / peer time: "
+            "< 1 means chorus is faster. chorus columns: " + mode + "; peers: their faster mode.",
+            "",
+            ("| load " if loads else "") + "| op | p | size | chorus thread | chorus shm "
+            "| chorus tcp | best peer (name) | thread/best | shm/best | tcp/best | tcp/gloo |",
+            ("|---" if loads else "") + "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        ]
+        for row in rows:
+            best = ("-" if row[stat + "best"] is None
+                    else f"{format_us(row[stat + 'best'])} ({row[stat + 'best_lib']})")
+            cells = [row["load"] or "quiet"] if loads else []
+            cells += [row["op"], str(row["ranks"]), format_size(row["bytes"])]
+            cells += [format_us(row[stat + t]) for t in TRANSPORTS]
+            cells.append(best)
+            cells += [format_ratio(row[stat + t + "/best"]) for t in TRANSPORTS]
+            cells.append(format_ratio(row[stat + "tcp/gloo"]))
+            lines.append("| " + " | ".join(cells) + " |")
+    if means:
+        lines += ["", "The slowest call of any run, in µs:", ""]
+        libs = sorted({lib for row in rows for lib in row["slowest"]},
+                      key=lambda lib: (not is_chorus(lib), lib))
+        lines.append(("| load " if loads else "") + "| op | p | size | " + " | ".join(libs) + " |")
+        lines.append(("|---" if loads else "") + "|---|---:|---:" + "|---:" * len(libs) + "|")
+        for row in rows:
+            cells = [row["load"] or "quiet"] if loads else []
+            cells += [row["op"], str(row["ranks"]), format_size(row["bytes"])]
+            cells += [format_us(row["slowest"].get(lib)) for lib in libs]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -200,7 +271,7 @@ def summary_csv(agg):
 
 def line_style(lib, others):
     """chorus solid, peers dashed; a peer's two modes share a colour and differ in marker."""
-    base = base_name(lib)
+    base = base_name(split_load(lib)[0])
     if is_chorus(lib):
         transport = base[len(CHORUS_PREFIX):]
         return {"color": CHORUS_COLORS.get(transport, "#000000"), "linestyle": "-",
@@ -212,10 +283,10 @@ def line_style(lib, others):
             "marker": "s" if lib.endswith(KEEPHEAP) else "x"}
 
 
-def plot_op(agg, op, suffix, path):
-    """busbw vs size for one collective, a panel per rank count."""
-    keys = [k for k in agg if k[1] == op and (not is_chorus(k[0]) or
-                                              k[0].endswith(KEEPHEAP) == (suffix == KEEPHEAP))]
+def plot_op(agg, op, suffix, path, load=""):
+    """busbw vs size for one collective under one load, a panel per rank count."""
+    keys = [k for k in agg if k[1] == op and split_load(k[0])[1] == load and
+            (not is_chorus(k[0]) or k[0].endswith(KEEPHEAP) == (suffix == KEEPHEAP))]
     ranks_list = sorted({k[2] for k in keys})
     libs = sorted({k[0] for k in keys}, key=lambda lib: (not is_chorus(lib), lib))
     width = 6.5 * len(ranks_list) + 2.0  # 2 inches on the right for the shared legend
@@ -250,7 +321,8 @@ def plot_op(agg, op, suffix, path):
                 handles.append(handle)
                 labels.append(label)
     fig.legend(handles, labels, loc="center right", fontsize=9, frameon=False)
-    fig.suptitle(f"{op}: bus bandwidth vs size\n"
+    beside = f" ({load})" if load else ""
+    fig.suptitle(f"{op}{beside}: bus bandwidth vs size\n"
                  "chorus solid, peers dashed; median of per-run medians", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1 - 2.0 / width, 1))
     fig.savefig(path)
@@ -275,8 +347,10 @@ def main():
         f.write(table)
     with open(os.path.join(args.out_dir, "summary.csv"), "w", encoding="utf-8") as f:
         f.write(summary_csv(agg))
-    for op in sorted({k[1] for k in agg}, key=op_sort_key):
-        plot_op(agg, op, suffix, os.path.join(args.out_dir, f"busbw_{op}.png"))
+    for load in sorted({split_load(k[0])[1] for k in agg}, key=load_sort_key):
+        for op in sorted({k[1] for k in agg}, key=op_sort_key):
+            name = f"busbw_{op}_{load}.png" if load else f"busbw_{op}.png"
+            plot_op(agg, op, suffix, os.path.join(args.out_dir, name), load)
     print(table, end="")
 
     # A comparison without one side is a failed run, even though the files are written.
