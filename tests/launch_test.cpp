@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -227,6 +228,43 @@ TEST_F(LaunchTest, SingleRankJob) {
   Outcome r = Launch({"-n", "1", "sh", "-c", "echo solo $CHORUS_RANK/$CHORUS_WORLD_SIZE"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "[0] solo 0/1\n");
+}
+
+// --bind core: each local rank on a CPU of its own, in order, inherited by what it runs; more
+// ranks than CPUs run unbound, with a note. The default leaves the ranks' affinity alone.
+TEST_F(LaunchTest, BindCoreGivesEachRankItsOwnCpu) {
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  const std::string show = "grep Cpus_allowed_list /proc/self/status | tr -d ' \t'";
+  if (cpus.size() >= 2) {
+    Outcome r = Launch({"-n", "2", "--bind", "core", "--no-prefix", "sh", "-c",
+                        "echo $CHORUS_RANK $(" + show + ")"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> lines;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    std::sort(lines.begin(), lines.end());
+    EXPECT_EQ(lines, (std::vector<std::string>{"0 Cpus_allowed_list:" + std::to_string(cpus[0]),
+                                               "1 Cpus_allowed_list:" + std::to_string(cpus[1])}));
+  }
+  const std::string too_many = std::to_string(cpus.size() + 1);
+  Outcome crowded = Launch({"-n", too_many, "--bind", "core", "sh", "-c", "exit 0"});
+  EXPECT_EQ(crowded.exit_code, 0);
+  EXPECT_NE(crowded.err.find("--bind core: " + too_many + " ranks but " +
+                             std::to_string(cpus.size()) + " CPUs; the ranks run unbound"),
+            std::string::npos)
+      << crowded.err;
+  Outcome unbound = Launch({"-n", "1", "--no-prefix", "sh", "-c", show});
+  EXPECT_EQ(unbound.exit_code, 0);
+  if (cpus.size() >= 2) {  // still allowed every CPU, not just the first
+    EXPECT_EQ(unbound.out.find("Cpus_allowed_list:" + std::to_string(cpus[0]) + "\n"),
+              std::string::npos)
+        << unbound.out;
+  }
 }
 
 TEST_F(LaunchTest, FailingRankDecidesTheExitCodeAndStopsTheOthers) {

@@ -55,7 +55,11 @@ bool BoundToOneCpu() {
 // The measurements behind these figures are in docs/waiting.md.
 WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
   using std::chrono::microseconds;
-  if (ranks_on_this_host <= UsableCpus()) {
+  // A process bound to one CPU was most likely given its own by whoever started the job
+  // (mpirun, chorus launch --bind core), one per rank; then the ranks fit too. (A whole job
+  // squeezed onto one CPU by taskset would be taken for that: its bound spin halves each time it
+  // runs out, so it stops spinning within a few waits.)
+  if (ranks_on_this_host <= UsableCpus() || BoundToOneCpu()) {
     // Unbound ranks that fit can still land on one core, or share one with other work: a long
     // spin could hold the very core the awaited peer is queued on. So spin briefly, then yield
     // (which hands the core to a peer queued there; a yield that gave it to other work for a

@@ -130,7 +130,8 @@ struct WaitPolicy {
   // Zero: binding changes nothing.
   std::chrono::nanoseconds bound_spin{0};
 
-  // Spin only when every rank has a core of its own; yield longer when they share.
+  // Spin only when every rank has a core of its own (they fit on the CPUs this process may use,
+  // or the calling thread is bound to one CPU); yield longer when they share.
   static WaitPolicy For(int ranks_on_this_host);
   // For transports that progress only when polled: yield between polls, never sleep.
   static WaitPolicy PollOnly() {

@@ -17,6 +17,13 @@
 //     CHORUS_SECRET nor CHORUS_SECRET_FILE (otherwise the ranks use those, as the store does)
 // and /dev/null as stdin: N ranks cannot share one terminal's input.
 //
+// Binding (--bind core): local rank i runs on the i-th CPU the launcher may use, set between
+// fork and exec, so the rank's every thread inherits it, when there is a CPU per local rank
+// (not with --hosts). The default is none: a rank that runs threads of its own (a torch intra-op
+// pool, a TCP progress thread) would share its one CPU with them. Ranks that wait without such
+// threads gain from it on a busy machine (docs/waiting.md): a rank bound to its own CPU spins
+// instead of yielding it to other work for a time slice.
+//
 // Secret: every connection to the store and between ranks proves the job's secret. The launcher
 // makes one up unless CHORUS_SECRET (which wins) or CHORUS_SECRET_FILE is set, and serves the
 // store with the same text the ranks derive their key from (the file's text minus one trailing
@@ -72,6 +79,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <sys/prctl.h>
@@ -144,6 +152,7 @@ struct LaunchFlags {
   int64_t timeout_ms = 0;  // 0: no deadline
   int64_t grace_ms = 2000;
   bool no_prefix = false;
+  std::string bind = "none";                  // --bind: none or core
   std::string hosts;                          // "node1:2,node2:2"; empty: every rank on this host
   std::string rsh;                            // the agent that starts a rank on a host; empty: ssh
   std::string store_host;                     // address or interface the store binds
@@ -152,6 +161,18 @@ struct LaunchFlags {
 };
 
 // ------------------------------------------------------------------ small OS helpers
+
+// The CPUs this process may run on, in order.
+std::vector<int> UsableCpuList() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
 
 class UniqueFd {
  public:
@@ -635,6 +656,7 @@ struct RankCommand {
   std::vector<std::string> args;
   std::vector<std::string> env;  // NAME=VALUE, replacing the launcher's values of NAME
   std::string stdin_line;
+  int cpu = -1;  // >= 0: the rank runs on this CPU only (--bind core)
 };
 
 // The argv and envp of a rank, prepared before fork().
@@ -645,6 +667,8 @@ struct ExecArgs {
   std::vector<char*> sh_argv;
   std::vector<std::string> env;
   std::vector<char*> envp;
+  bool bind = false;  // set `cpus` as the rank's affinity before exec
+  cpu_set_t cpus{};
 };
 
 // Child side of fork(); never returns.
@@ -660,6 +684,8 @@ struct ExecArgs {
   // A blocked signal mask and an ignored SIGPIPE would both survive exec: undo the launcher's.
   ::sigaction(SIGPIPE, &plan.original_sigpipe, nullptr);
   ::sigprocmask(SIG_SETMASK, &plan.original_mask, nullptr);
+  // Best effort, like mpirun's binding: a rank that cannot be bound still runs.
+  if (exec.bind) ::sched_setaffinity(0, sizeof exec.cpus, &exec.cpus);
   ::execve(plan.path.c_str(), exec.argv.data(), exec.envp.data());
   if (errno == ENOEXEC) ::execve("/bin/sh", exec.sh_argv.data(), exec.envp.data());
   int err = errno;
@@ -710,6 +736,11 @@ ExecArgs PrepareExec(const ExecPlan& plan, const RankCommand& command) {
   }
   exec.env.insert(exec.env.end(), command.env.begin(), command.env.end());
   exec.envp = PointersTo(exec.env);
+  if (command.cpu >= 0) {
+    exec.bind = true;
+    CPU_ZERO(&exec.cpus);
+    CPU_SET(command.cpu, &exec.cpus);
+  }
   return exec;
 }
 
@@ -1248,6 +1279,16 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
     return kExitLauncherFailed;
   }
   const std::vector<Placement> placement = PlaceRanks(hosts, ranks);
+  // --bind core: local rank i on the i-th CPU the launcher may use, when there are enough.
+  std::vector<int> cpus;
+  if (flags.bind == "core" && !remote) {
+    cpus = UsableCpuList();
+    if (static_cast<int>(cpus.size()) < ranks) {
+      Note("--bind core: " + std::to_string(ranks) + " ranks but " + std::to_string(cpus.size()) +
+           " CPUs; the ranks run unbound");
+      cpus.clear();
+    }
+  }
   std::vector<Child> children(static_cast<size_t>(ranks));
   for (int rank = 0; rank < ranks; ++rank) {
     const Placement& where = placement[static_cast<size_t>(rank)];
@@ -1266,6 +1307,7 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
     } else {
       if (secret->generated) rank_env.push_back("CHORUS_SECRET=" + secret->text);
       rank_command = {.args = command, .env = std::move(rank_env)};
+      if (!cpus.empty()) rank_command.cpu = cpus[static_cast<size_t>(where.local_rank)];
     }
     Status spawned = SpawnRank(plan, rank_command, !flags.no_prefix, child);
     if (!spawned.ok()) {
@@ -1319,6 +1361,14 @@ void AddLaunchCommand(CLI::App& app, int& exit_code) {
                   "after SIGTERM (or a forwarded signal), wait this long before SIGKILL")
       ->capture_default_str();
   cmd->add_flag("--no-prefix", flags->no_prefix, "do not prefix output lines with [rank]");
+  cmd->add_option("--bind", flags->bind,
+                  "none: the ranks run where the scheduler puts them; core: local rank i runs on "
+                  "the i-th CPU the launcher may use (when there is one per rank; not with "
+                  "--hosts). Bound ranks that each have a CPU wait by spinning, which is fastest "
+                  "beside other busy work (docs/waiting.md); a rank that runs threads of its own "
+                  "(a torch intra-op pool) is better left unbound")
+      ->check(CLI::IsMember({"none", "core"}))
+      ->capture_default_str();
   // Never filled: its validator refuses every word, so CLI11 stops parsing at PROG and leaves it
   // and everything after it (options of PROG included) in remaining(). It documents PROG in --help.
   cmd->add_option("PROG", flags->prog_placeholder,
