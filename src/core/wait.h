@@ -2,9 +2,11 @@
 //
 // Each rank owns a Doorbell: a 32-bit futex word that anyone bumps after changing something the
 // rank may be waiting for (a message posted to it, a slot released to it, a group failure).
-// A wait polls its condition in three phases (ARCHITECTURE.md section 6, measured here):
-//   1. a short `pause` spin, only when ranks fit on their cores;
-//   2. a sched_yield loop, which hands the core to a runnable peer on the same core;
+// A wait polls its condition in three phases (docs/waiting.md has the measurements):
+//   1. a `pause` spin, only when ranks fit on their cores: 3 us, or up to 1 ms when the
+//      waiting thread is bound to a CPU of its own;
+//   2. a sched_yield loop, which hands the core to a runnable peer on the same core (not for
+//      a bound thread, whose core has no peer on it);
 //   3. a futex sleep on the doorbell, woken by the next Ring().
 // Phases are bounded by time, not by iteration count. Deadlines are absolute steady_clock times.
 // The sleep is cut into slices, so that conditions nobody rings for (a peer process that died)

@@ -372,7 +372,7 @@ bool ShmTransport::TryPeek(int peer, Message* m) {
 }
 
 void ShmTransport::Release(int peer) {
-  box(peer, rank_).Release();
+  box(peer, rank_).Release(depth_);
   control_.bell(peer).Ring();
 }
 

@@ -97,7 +97,7 @@ bool ThreadTransport::TryPeek(int peer, Message* m) {
 }
 
 void ThreadTransport::Release(int peer) {
-  group_->link(peer, rank_).box.Release();
+  group_->link(peer, rank_).box.Release(group_->depth());
   control_.bell(peer).Ring();
 }
 
