@@ -117,34 +117,6 @@ std::optional<CollectiveKind> FindCollective(std::string_view name) {
   return std::nullopt;
 }
 
-size_t SendBlocks(Counts counts, int p) {
-  switch (counts) {
-    case Counts::kSame:
-    case Counts::kRecvIsP:
-      return 1;
-    case Counts::kSendIsP:
-    case Counts::kBothAreP:
-      return static_cast<size_t>(p);
-    case Counts::kNone:
-      break;
-  }
-  return 0;
-}
-
-size_t RecvBlocks(Counts counts, int p) {
-  switch (counts) {
-    case Counts::kSame:
-    case Counts::kSendIsP:
-      return 1;
-    case Counts::kRecvIsP:
-    case Counts::kBothAreP:
-      return static_cast<size_t>(p);
-    case Counts::kNone:
-      break;
-  }
-  return 0;
-}
-
 CallCounts CountsFor(const CollectiveInfo& c, size_t block, int p) {
   CallCounts counts;
   counts.block = c.counts == Counts::kNone ? 0 : block;
@@ -202,8 +174,10 @@ CallCounts CountsOf(const CollectiveInfo& c, size_t send_count, size_t recv_coun
   if (c.counts == Counts::kNone) return {};
   const bool from_recv = c.send_only_at_root || (!c.recv_only_at_root &&
                                                  RecvBlocks(c.counts, p) < SendBlocks(c.counts, p));
-  const size_t block =
-      from_recv ? recv_count / RecvBlocks(c.counts, p) : send_count / SendBlocks(c.counts, p);
+  // A block per rank, or one: no division for the one (a valid call's hot path).
+  const size_t blocks = from_recv ? RecvBlocks(c.counts, p) : SendBlocks(c.counts, p);
+  const size_t given = from_recv ? recv_count : send_count;
+  const size_t block = blocks == 1 ? given : given / blocks;
   return CountsFor(c, block, p);
 }
 }  // namespace chorus::internal

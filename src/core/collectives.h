@@ -132,7 +132,11 @@ constexpr bool RecvIsPerRank(Counts counts) {
   return counts == Counts::kRecvIsP || counts == Counts::kBothAreP;
 }
 // Blocks in a call's send and recv (0, 1 or p).
-size_t SendBlocks(Counts counts, int p);
-size_t RecvBlocks(Counts counts, int p);
+constexpr size_t SendBlocks(Counts counts, int p) {
+  return counts == Counts::kNone ? 0 : SendIsPerRank(counts) ? static_cast<size_t>(p) : 1;
+}
+constexpr size_t RecvBlocks(Counts counts, int p) {
+  return counts == Counts::kNone ? 0 : RecvIsPerRank(counts) ? static_cast<size_t>(p) : 1;
+}
 
 }  // namespace chorus::internal

@@ -146,9 +146,10 @@ Status CommState::Execute(const CallArgs& args, const CallOptions& options, uint
   const size_t elem = DataTypeSize(send.dtype);
   // The communicator's algorithm (CHORUS_ALGO=ring) applies to the collectives that have one
   // of that name; a call's own must exist.
-  const std::string& requested = !options.algorithm.empty()             ? options.algorithm
-                                 : Implements(kind, options_.algorithm) ? options_.algorithm
-                                                                        : options.algorithm;
+  const std::string& requested =
+      !options.algorithm.empty()                                            ? options.algorithm
+      : !options_.algorithm.empty() && Implements(kind, options_.algorithm) ? options_.algorithm
+                                                                            : options.algorithm;
   auto algorithm = selector_.Pick(kind, total * elem, requested);
   if (!algorithm.ok()) {
     transport_->Reject(call, algorithm.status().message());

@@ -21,9 +21,12 @@ constexpr size_t kMaxCount = std::numeric_limits<size_t>::max() / 2 / 4096;
 
 class Checker {
  public:
-  explicit Checker(CollectiveKind kind) : op_(CollectiveKindName(kind)) {}
+  // The name is built only for an error: a valid call costs no string.
+  explicit Checker(CollectiveKind kind) : kind_(kind) {}
 
-  Status Fail(const std::string& what) const { return InvalidArgument(op_ + ": " + what); }
+  Status Fail(const std::string& what) const {
+    return InvalidArgument(std::string(CollectiveKindName(kind_)) + ": " + what);
+  }
 
   Status Buffer(const char* name, const void* data, size_t count, DataType dtype) const {
     if (!IsValid(dtype)) {
@@ -41,7 +44,7 @@ class Checker {
   }
 
  private:
-  std::string op_;
+  CollectiveKind kind_;
 };
 
 bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
