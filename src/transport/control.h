@@ -38,14 +38,18 @@ struct WireMessage {
 // Each entry of the ring fills one cache line and carries a stamp (message number + 1) stored
 // after the descriptor, so a receiver learns that a message came and reads what it is in one
 // line: it polls the stamp, not `head`. The sender keeps the last `tail` it read beside `head`
-// and reads `tail` again only when that one shows no credit. In the common case a message then
-// costs one cache-line transfer each way (the entry to the receiver, `tail` back when the
-// sender runs short), where reading `head`, the entry and `tail` on every message cost three:
-// 2 ranks on 2 cores, 32-byte all-reduce: 1.1 -> 0.83 us (Open MPI: 0.58 us).
+// and reads `tail` again only when that one shows no credit. Releases also travel back inside
+// the entries of the reverse mailbox: each entry carries `ack`, the `tail` its sender had
+// reached on the mailbox in the other direction, so ranks that exchange messages both ways
+// (most collectives) learn of their credits without reading `tail`. A message then costs one
+// cache-line transfer, the entry to its receiver, where reading `head`, the entry and `tail`
+// on every message cost three. 2 ranks on 2 cores, 32-byte all-reduce: 1.1 us; with the stamp
+// 0.83 us (Open MPI: 0.58 us); with the acks see docs/waiting.md.
 struct Mailbox {
   struct alignas(64) Entry {
     std::atomic<uint64_t> stamp{0};  // message number + 1 once `message` is written
     WireMessage message;
+    uint64_t ack = 0;  // the sender's `tail` on the mailbox back to it when it posted
   };
   static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
 
@@ -63,26 +67,38 @@ struct Mailbox {
     return h - tail_seen < static_cast<uint64_t>(depth);
   }
   uint64_t next() const { return head.load(std::memory_order_relaxed); }
-  void Post(const WireMessage& m, int depth) {
+  // `ack` is the reverse mailbox's released() (this sender is its receiver).
+  void Post(const WireMessage& m, uint64_t ack, int depth) {
     CHORUS_CHECK(HasCredit(depth));  // callers reserve first
     const uint64_t h = head.load(std::memory_order_relaxed);
     Entry& entry = ring[h % static_cast<uint64_t>(depth)];
     entry.message = m;
+    entry.ack = ack;
     entry.stamp.store(h + 1, std::memory_order_release);
     head.store(h + 1, std::memory_order_relaxed);  // read by the sender only
   }
   bool Drained() const {
     return tail.load(std::memory_order_acquire) == head.load(std::memory_order_relaxed);
   }
+  // The receiver had released `ack` messages when it posted the entry of the reverse mailbox
+  // that carried it (so the releases happened before, and the acquire of that entry's stamp
+  // orders them before this sender's reuse of the slots). An ack beyond head is ignored.
+  void Acked(uint64_t ack) const {
+    if (ack > tail_seen && ack <= head.load(std::memory_order_relaxed)) tail_seen = ack;
+  }
 
   // Receiver side.
-  bool Peek(WireMessage* m, int depth) const {
+  // `*ack` is the entry's ack for the reverse mailbox (see Acked).
+  bool Peek(WireMessage* m, uint64_t* ack, int depth) const {
     const uint64_t t = tail.load(std::memory_order_relaxed);
     const Entry& entry = ring[t % static_cast<uint64_t>(depth)];
     if (entry.stamp.load(std::memory_order_acquire) != t + 1) return false;
     *m = entry.message;
+    *ack = entry.ack;
     return true;
   }
+  // Messages this receiver released so far, the ack it sends back (the receiver's alone).
+  uint64_t released() const { return tail.load(std::memory_order_relaxed); }
   void Release(int depth) {
     const uint64_t t = tail.load(std::memory_order_relaxed);
     CHORUS_CHECK_EQ(ring[t % static_cast<uint64_t>(depth)].stamp.load(std::memory_order_relaxed),

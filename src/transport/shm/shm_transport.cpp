@@ -356,13 +356,15 @@ void ShmTransport::Post(int peer, const Message& m) {
   CHORUS_CHECK(static_cast<const std::byte*>(m.data) >= slot(rank_, 0, 0) &&
                static_cast<const std::byte*>(m.data) + m.bytes <= slot(rank_, 0, 0) + row);
   const auto offset = static_cast<uint64_t>(static_cast<const std::byte*>(m.data) - base_);
-  box(rank_, peer).Post({offset, m.bytes, m.tag}, depth_);
+  box(rank_, peer).Post({offset, m.bytes, m.tag}, box(peer, rank_).released(), depth_);
   control_.bell(peer).Ring();
 }
 
 bool ShmTransport::TryPeek(int peer, Message* m) {
   WireMessage w;
-  if (!box(peer, rank_).Peek(&w, depth_)) return false;
+  uint64_t ack = 0;
+  if (!box(peer, rank_).Peek(&w, &ack, depth_)) return false;
+  box(rank_, peer).Acked(ack);
   if (w.where > segment_bytes_ || w.bytes > segment_bytes_ - w.where) {
     Fail(Internal("shm: rank " + std::to_string(peer) + " posted a message outside the segment"));
     return false;

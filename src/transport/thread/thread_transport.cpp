@@ -85,13 +85,16 @@ void* ThreadTransport::TryReserve(int peer) {
 
 void ThreadTransport::Post(int peer, const Message& m) {
   group_->link(rank_, peer)
-      .box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag}, group_->depth());
+      .box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag},
+                group_->link(peer, rank_).box.released(), group_->depth());
   control_.bell(peer).Ring();
 }
 
 bool ThreadTransport::TryPeek(int peer, Message* m) {
   WireMessage w;
-  if (!group_->link(peer, rank_).box.Peek(&w, group_->depth())) return false;
+  uint64_t ack = 0;
+  if (!group_->link(peer, rank_).box.Peek(&w, &ack, group_->depth())) return false;
+  group_->link(rank_, peer).box.Acked(ack);
   *m = Message{reinterpret_cast<const void*>(w.where), w.bytes, w.tag};
   return true;
 }
