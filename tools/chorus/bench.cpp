@@ -281,28 +281,47 @@ Status BenchRank::BenchSize(size_t op_index, const SizePoint& size) {
     Prepare(op_index, where, size);
     for (int i = 0; i < cfg_.warmup; ++i) CHORUS_RETURN_IF_ERROR(Call(op, where, size));
     CHORUS_RETURN_IF_ERROR(group_.Barrier());
-    int iters = cfg_.iters;
-    if (iters == 0) {
-      const Clock::time_point start = Clock::now();
-      for (int i = 0; i < kProbeIters; ++i) {
-        CHORUS_RETURN_IF_ERROR(group_.Barrier());
-        CHORUS_RETURN_IF_ERROR(Call(op, where, size));
+    std::vector<double> times;
+    // Times `n` more calls, each started together; returns the slowest rank's wall time.
+    auto timed = [&](int n, double* wall_s) -> Status {
+      const Clock::time_point begin = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        CHORUS_RETURN_IF_ERROR(group_.StartTogether());
+        const Clock::time_point start = Clock::now();
+        const Status status = RunOp(op, where, size);
+        times.push_back(Seconds(Clock::now() - start));
+        CHORUS_RETURN_IF_ERROR(Described(status, op, where, size));
       }
+      *wall_s = Seconds(Clock::now() - begin);
       // Every rank derives the same plan from the same maximum.
-      double probe_s = Seconds(Clock::now() - start) / kProbeIters;
-      CHORUS_RETURN_IF_ERROR(group_.MaxOverRanks(std::span<double>(&probe_s, 1)));
-      const IterPlan plan = ChooseIters(probe_s, cfg_.min_seconds);
-      iters = plan.iters;
+      return group_.MaxOverRanks(std::span<double>(wall_s, 1));
+    };
+    if (cfg_.iters > 0) {
+      double wall_s = 0;
+      CHORUS_RETURN_IF_ERROR(timed(cfg_.iters, &wall_s));
+    } else {
+      // The probe is timed as the calls are (a barrier there once made one 4 ms scheduler
+      // tick of a busy machine plan 500 calls for 2 s), and its calls count.
+      double probe_s = 0;
+      CHORUS_RETURN_IF_ERROR(timed(kProbeIters, &probe_s));
+      IterPlan plan = ChooseIters(probe_s / kProbeIters, cfg_.min_seconds);
       for (int i = 0; i < plan.extra_warmup; ++i) CHORUS_RETURN_IF_ERROR(Call(op, where, size));
-    }
-
-    std::vector<double> times(static_cast<size_t>(iters));
-    for (double& t : times) {
-      CHORUS_RETURN_IF_ERROR(group_.StartTogether());
-      const Clock::time_point start = Clock::now();
-      const Status status = RunOp(op, where, size);
-      t = Seconds(Clock::now() - start);
-      CHORUS_RETURN_IF_ERROR(Described(status, op, where, size));
+      times.reserve(static_cast<size_t>(plan.iters));
+      // A plan made from a probe that hit a stall falls short of min_seconds: the run goes on,
+      // planned again from what the calls so far took, until it spans min_seconds or reaches
+      // the plan's cap (a few rounds at most).
+      double spent_s = probe_s;
+      int done = kProbeIters;
+      for (int round = 0; round < 4 && done < plan.iters; ++round) {
+        double wall_s = 0;
+        CHORUS_RETURN_IF_ERROR(timed(plan.iters - done, &wall_s));
+        spent_s += wall_s;
+        done = plan.iters;
+        if (cfg_.min_seconds <= kDefaultMinSeconds || spent_s >= cfg_.min_seconds) break;
+        const IterPlan more = ChooseIters(spent_s / done, cfg_.min_seconds);
+        plan.iters = std::max(done, more.iters);
+        times.reserve(static_cast<size_t>(plan.iters));
+      }
     }
     CHORUS_RETURN_IF_ERROR(group_.MaxOverRanks(times));
     row.time[slot] = Summarize(times);
