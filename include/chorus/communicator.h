@@ -67,11 +67,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "chorus/export.h"
 #include "chorus/options.h"
 #include "chorus/status.h"
 #include "chorus/types.h"
 
 namespace chorus {
+CHORUS_API_BEGIN
 
 enum class CollectiveKind : uint8_t {
   kAllReduce,
@@ -114,17 +116,21 @@ struct TrafficCounters {
 };
 
 class Communicator;
+CHORUS_API_END
 namespace internal {
 class CommState;
 struct CallArgs;
 // Runs any collective from its descriptor (core/collectives.h): for tools and tests that walk
-// the collective table.
-Status RunCollective(Communicator& comm, const CallArgs& call, const CallOptions& options);
+// the collective table (not exported by the shared library).
+CHORUS_HIDDEN Status RunCollective(Communicator& comm, const CallArgs& call,
+                                   const CallOptions& options);
 }  // namespace internal
+CHORUS_API_BEGIN
 
 class Communicator {
  public:
-  explicit Communicator(std::unique_ptr<internal::CommState> state);
+  // The library's own (not exported by the shared library).
+  CHORUS_HIDDEN explicit Communicator(std::unique_ptr<internal::CommState> state);
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
   ~Communicator();
@@ -297,4 +303,5 @@ Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base = {});
 // thread. Requires 1 <= n <= 1024 and valid options.
 Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& options = {});
 
+CHORUS_API_END
 }  // namespace chorus

@@ -36,8 +36,10 @@
 #include <mpi.h>
 
 #include "chorus/communicator.h"
+#include "chorus/export.h"
 
 namespace chorus {
+CHORUS_API_BEGIN
 
 // Creates a communicator over `comm`'s ranks. Collective: every rank of `comm` calls it, with
 // the same options.segment_bytes and options.pipeline_depth (checked: all ranks then return
@@ -47,4 +49,5 @@ namespace chorus {
 // kFailedPrecondition when MPI is not initialised or already finalised.
 Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& options = {});
 
+CHORUS_API_END
 }  // namespace chorus

@@ -16,9 +16,11 @@
 #include <optional>
 #include <string>
 
+#include "chorus/export.h"
 #include "chorus/store.h"
 
 namespace chorus {
+CHORUS_API_BEGIN
 
 // How ranks exchange data.
 //   kThread  threads of one process (CreateLocalGroup)
@@ -125,4 +127,5 @@ struct CallOptions {
   std::string algorithm;
 };
 
+CHORUS_API_END
 }  // namespace chorus

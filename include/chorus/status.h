@@ -18,7 +18,10 @@
 #include <utility>
 #include <variant>
 
+#include "chorus/export.h"
+
 namespace chorus {
+CHORUS_API_BEGIN
 
 // Whether a communicator is still usable follows from the code alone: after kInvalidArgument it
 // is; after any other failure of a call it is failed, and every later call returns that failure.
@@ -117,6 +120,7 @@ class [[nodiscard]] Result {
   std::variant<Status, T> v_;
 };
 
+CHORUS_API_END
 }  // namespace chorus
 
 // Returns early from the enclosing function when `expr` yields a non-OK Status.

@@ -27,9 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "chorus/export.h"
 #include "chorus/status.h"
 
 namespace chorus {
+CHORUS_API_BEGIN
 
 // Limits every store enforces, so that code tested on one store works on all: a key is 1 to
 // 4096 bytes, a value at most 64 MiB. Larger requests fail with kInvalidArgument.
@@ -92,4 +94,5 @@ class TcpStoreServer {
   virtual std::string url() const = 0;
 };
 
+CHORUS_API_END
 }  // namespace chorus

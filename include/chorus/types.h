@@ -19,7 +19,10 @@
 #include <string_view>
 #include <type_traits>
 
+#include "chorus/export.h"
+
 namespace chorus {
+CHORUS_API_BEGIN
 
 enum class DataType : uint8_t {
   kInt8,
@@ -152,4 +155,5 @@ requires(!std::is_const_v<T>) MutableBuffer MakeBuffer(std::span<T> s) {
   return {s.data(), s.size(), DataTypeOf<T>::value};
 }
 
+CHORUS_API_END
 }  // namespace chorus
