@@ -13,9 +13,11 @@
 #                 busy loops (default 2), then every test that failed in any round, with its
 #                 rounds (scripts/test-stress.sh; logs in build/test-logs/stress-round-<n>.log)
 #   make build-types  configure and build the libraries, the CLI and the tests that once warned
-#                 in each of BUILD_TYPES (default Release) under build-types/, warnings
-#                 as errors, so no optimisation level's warnings go unseen (RelWithDebInfo is
-#                 build/ itself)
+#                 in each of BUILD_TYPES (default Debug Release MinSizeRel) with g++ and in
+#                 each of BUILD_TYPES_CLANG (default RelWithDebInfo) with clang++, under
+#                 build-types/, warnings as errors, so no optimisation level's or compiler's
+#                 warnings go unseen (g++ RelWithDebInfo is build/ itself);
+#                 BUILD_TYPES_TARGETS=all builds everything, tests and benchmarks included
 #   make bench    build and run the Google Benchmark micro-benchmarks
 #   make soak     collectives under CPU contention for SOAK_SECONDS (default 600) beside SOAK_BUSY
 #                 busy loops (default 4): every result checked, the slowest call per size shown
@@ -64,7 +66,8 @@ TSAN_SETARCH ?= auto
 FUZZ_SECONDS ?= 30
 SOAK_SECONDS ?= 600
 SOAK_BUSY    ?= 4
-BUILD_TYPES ?= Release
+BUILD_TYPES ?= Debug Release MinSizeRel
+BUILD_TYPES_CLANG ?= RelWithDebInfo
 # build-types is left out for now: the whole of `make test` takes 28 minutes on a clean clone here
 # (it must stay under 30, with room to grow), and it is the one suite that runs no test. Run it by hand, or name it here.
 TEST_SUITES ?= test-build asan tsan fuzz shm-check
@@ -149,23 +152,26 @@ shm-check:
 # can warn differently is built: the libraries, the CLI and the tests that warned then (the other
 # tests build in build/); no benchmarks or examples, and the tests are not run, so discovery
 # waits for a test run (PRE_TEST) instead of running each binary after its link.
-BUILD_TYPES_TARGETS := chorus chorus_shared chorus_cli launch_test store_auth_test traffic_test
+BUILD_TYPES_TARGETS ?= chorus chorus_shared chorus_cli launch_test store_auth_test traffic_test
 build-types: deps
-	@set -e; for type in $(BUILD_TYPES); do \
-	  dir=$(TYPES_DIR)/$$type; \
-	  echo "== [$$(date +%T)] build-types: $$type in $$dir"; \
+	@set -e; \
+	for build in $(addprefix g++:,$(BUILD_TYPES)) $(addprefix clang++:,$(BUILD_TYPES_CLANG)); do \
+	  cxx=$${build%%:*}; type=$${build#*:}; \
+	  dir=$(TYPES_DIR)/$$type; [ "$$cxx" = g++ ] || dir=$(TYPES_DIR)/clang-$$type; \
+	  echo "== [$$(date +%T)] build-types: $$type with $$cxx in $$dir"; \
 	  mkdir -p $$dir; \
-	  $(CMAKE) -S . -B $$dir -DCMAKE_BUILD_TYPE=$$type -DCHORUS_WERROR=ON \
-	    -DCHORUS_BUILD_BENCH=OFF -DCHORUS_BUILD_EXAMPLES=OFF \
+	  $(CMAKE) -S . -B $$dir -DCMAKE_BUILD_TYPE=$$type -DCMAKE_CXX_COMPILER=$$cxx \
+	    -DCHORUS_WERROR=ON -DCHORUS_BUILD_BENCH=$(if $(filter all,$(BUILD_TYPES_TARGETS)),ON,OFF) \
+	    -DCHORUS_BUILD_EXAMPLES=$(if $(filter all,$(BUILD_TYPES_TARGETS)),ON,OFF) \
 	    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > $$dir/configure.log 2>&1 \
 	    || { cat $$dir/configure.log; exit 1; }; \
 	  targets="$(BUILD_TYPES_TARGETS)"; \
-	  if grep -q '^CHORUS_WITH_MPI:BOOL=ON' $$dir/CMakeCache.txt; then \
+	  if [ "$$targets" != all ] && grep -q '^CHORUS_WITH_MPI:BOOL=ON' $$dir/CMakeCache.txt; then \
 	    targets="$$targets chorus_mpi chorus_mpi_shared"; \
 	  fi; \
 	  $(CMAKE) --build $$dir -j$(JOBS) --target $$targets; \
 	done; \
-	echo "== [$$(date +%T)] build-types: $(BUILD_TYPES) built without warnings"
+	echo "== [$$(date +%T)] build-types: g++ $(BUILD_TYPES), clang++ $(BUILD_TYPES_CLANG) built without warnings"
 
 asan: deps
 	@echo "== [$$(date +%T)] asan: build and test $(ASAN_DIR)"

@@ -23,7 +23,9 @@ void PrintTo(const TrafficParam& t, std::ostream* os) {
 class TrafficMatchesModel : public ::testing::TestWithParam<TrafficParam> {};
 
 TEST_P(TrafficMatchesModel, PerRankPerKind) {
-  const auto [p, count] = GetParam();
+  // Plain variables, not structured bindings: lambdas below capture them (clang 14 cannot).
+  const int p = GetParam().ranks;
+  const size_t count = GetParam().count;
   // A small segment so that segmentation is exercised; it must not change the bytes.
   auto group = CreateLocalGroup(p, {.segment_bytes = 256, .algorithm = "ring"});
   ASSERT_TRUE(group.ok()) << group.status();
@@ -110,7 +112,9 @@ size_t BinomialChildren(int p, int v) {
 }
 
 TEST_P(RootedTraffic, EqualsTheAlgorithmsDefinition) {
-  const auto [p, count] = GetParam();
+  // Plain variables, not structured bindings: lambdas below capture them (clang 14 cannot).
+  const int p = GetParam().ranks;
+  const size_t count = GetParam().count;
   const size_t elem = sizeof(float);
   auto chunk = [&](int c) {  // the ring partition (algo/plan.h)
     return count / static_cast<size_t>(p) + (static_cast<size_t>(c) < count % p ? 1 : 0);

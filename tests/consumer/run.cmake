@@ -10,6 +10,8 @@
 #                    if given (ldd), and must not need libsodium themselves; the others must
 #                    not need any libchorus*.so
 #   RUN_WITH         a launcher to run each program under (mpirun ...)
+# and CONFIGURE_ERROR, a regular expression: the configure must then fail with a message that
+# matches it, and nothing is built.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(required SOURCE_DIR BINARY_DIR)
@@ -43,6 +45,19 @@ endif()
 list(APPEND args ${OPTIONS})
 
 file(REMOVE_RECURSE ${BINARY_DIR})
+if(DEFINED CONFIGURE_ERROR)
+  execute_process(COMMAND ${CMAKE_COMMAND} ${args} RESULT_VARIABLE failed OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err)
+  if(NOT failed)
+    message(FATAL_ERROR "the configure succeeded, but should have failed with "
+                        "'${CONFIGURE_ERROR}':\n${out}${err}")
+  endif()
+  if(NOT "${out}${err}" MATCHES "${CONFIGURE_ERROR}")
+    message(FATAL_ERROR "the configure failed without saying '${CONFIGURE_ERROR}':\n${out}${err}")
+  endif()
+  message(STATUS "the configure failed as it should:\n${err}")
+  return()
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} ${args} COMMAND_ERROR_IS_FATAL ANY)
 if(DEFINED PREFIX_PATH)
   # A chorus installed elsewhere on the machine must not stand in for the one under test.
