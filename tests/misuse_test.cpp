@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <vector>
@@ -218,6 +220,131 @@ TEST_P(Misuse, RanksThatDisagreeOnTheRootGetFailedPreconditionEverywhere) {
         }
         return Check(s, StatusCode::kFailedPrecondition, "ranks disagree on the call", "root") +
                Check(comm.health(), StatusCode::kFailedPrecondition, "disagree", "health");
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+// RejectCall (for bindings that check what the library cannot see): the rejecting rank and
+// every peer that enters the call get kInvalidArgument with the reason and the rank's name; the
+// next call works.
+TEST_P(Misuse, RejectCallIsAnsweredOnEveryRankAndLeavesTheCommunicatorUsable) {
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        std::vector<float> v(5, float(comm.rank() + 1));
+        std::string problems;
+        if (comm.rank() == 1) {
+          problems +=
+              Check(comm.RejectCall(CollectiveKind::kAllReduce, "recv is read-only"),
+                    StatusCode::kInvalidArgument, "allreduce: recv is read-only", "rejecting rank");
+        } else {
+          problems += Check(comm.AllReduce(std::span<float>(v), ReduceOp::kSum),
+                            StatusCode::kInvalidArgument,
+                            "rank 1 rejected this call (allreduce: recv is read-only", "peer");
+        }
+        v.assign(5, float(comm.rank() + 1));
+        problems += Check(comm.AllReduce(std::span<float>(v), ReduceOp::kSum), StatusCode::kOk, "",
+                          "next call");
+        problems += Expect(v == std::vector<float>(5, 6.0f), "wrong sum after RejectCall");
+        problems += Check(comm.RejectCall(static_cast<CollectiveKind>(200), "x"),
+                          StatusCode::kInvalidArgument, "is not a chorus::CollectiveKind", "kind");
+        return problems;
+      },
+      Options());
+  EXPECT_EQ(Join(reports), "");
+}
+
+TEST(RejectCall, AFailedCommunicatorReturnsItsFailure) {
+  auto group = CreateLocalGroup(1);
+  ASSERT_TRUE(group.ok()) << group.status();
+  Communicator& comm = (*group)[0];
+  comm.Abort();
+  const Status s = comm.RejectCall(CollectiveKind::kBarrier, "late");
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("Abort() was called"));
+}
+
+// A communicator remembers its last few valid calls and skips checking and selection when the
+// same arguments come again. Six shapes over the same two buffers, more than it remembers and
+// each differing from another in one argument only (the count, the op, in place, the
+// collective, the dtype), give exact results round after round; and a repeat with one argument
+// or option made invalid is still refused, on every rank alike, and the next call works.
+TEST_P(Misuse, RepeatedCallsAreCheckedAsTheFirstWasAndComputeExactly) {
+  const auto reports = RunGroup(
+      GetParam(), 3,
+      [](Communicator& comm) -> std::string {
+        constexpr size_t n = 12;
+        const float me = float(comm.rank() + 1);  // 1, 2, 3: sum 6, max 3
+        alignas(8) float a[n];
+        alignas(8) float b[n];
+        auto* ai = reinterpret_cast<int32_t*>(a);
+        auto* bi = reinterpret_cast<int32_t*>(b);
+        const auto f32 = [](void* d, size_t count) {
+          return MutableBuffer{d, count, DataType::kFloat32};
+        };
+        const auto in = [](const void* d, size_t count, DataType t = DataType::kFloat32) {
+          return ConstBuffer{d, count, t};
+        };
+        std::string problems;
+        for (int round = 0; round < 4; ++round) {
+          const std::string at = "round " + std::to_string(round) + ": ";
+          const auto ok = [&](const Status& s, const std::string& what) {
+            problems += Check(s, StatusCode::kOk, "", at + what);
+          };
+          const auto all = [&](const float* v, size_t count, float want, const std::string& what) {
+            for (size_t i = 0; i < count; ++i) {
+              if (v[i] != want) {
+                problems += at + what + ": [" + std::to_string(i) + "] = " + std::to_string(v[i]) +
+                            ", want " + std::to_string(want) + "\n";
+                return;
+              }
+            }
+          };
+          std::fill_n(a, n, me);
+          std::fill_n(b, n, -1.0f);
+          ok(comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kSum), "sum");
+          all(b, n, 6.0f, "sum");
+          std::fill_n(b, n, -1.0f);
+          ok(comm.AllReduce(in(a, n / 2), f32(b, n / 2), ReduceOp::kSum), "half count");
+          all(b, n / 2, 6.0f, "half count");
+          all(b + n / 2, n / 2, -1.0f, "beyond the half count");
+          ok(comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kMax), "max");
+          all(b, n, 3.0f, "max");
+          std::fill_n(b, n, me);
+          ok(comm.AllReduce(in(b, n), f32(b, n), ReduceOp::kSum), "in place");
+          all(b, n, 6.0f, "in place");
+          std::fill_n(b, n, -1.0f);
+          ok(comm.AllGather(in(a, n / 3), f32(b, n)), "all-gather");
+          for (int r = 0; r < 3; ++r) all(b + r * n / 3, n / 3, float(r + 1), "all-gather");
+          std::fill_n(ai, n, comm.rank() + 1);
+          ok(comm.AllReduce(in(a, n, DataType::kInt32), {b, n, DataType::kInt32}, ReduceOp::kSum),
+             "int32 sum");
+          problems += Expect(std::count(bi, bi + n, 6) == n, at + "int32 sum wrong");
+        }
+        // The last calls again, each with one thing made wrong: refused as a first call is.
+        std::fill_n(a, n, me);
+        problems += Check(comm.AllReduce(in(a, n), f32(nullptr, n), ReduceOp::kSum),
+                          StatusCode::kInvalidArgument, "recv.data is null", "null recv");
+        problems += Check(comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kSum,
+                                         {.timeout = std::chrono::milliseconds(0)}),
+                          StatusCode::kInvalidArgument, "options.timeout (0 ms)", "zero timeout");
+        problems += Check(
+            comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kSum, {.segment_bytes = size_t{1} << 40}),
+            StatusCode::kInvalidArgument, "options.segment_bytes", "huge segment");
+        problems +=
+            Check(comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kSum, {.algorithm = "bogus"}),
+                  StatusCode::kInvalidArgument, "bogus", "unknown algorithm");
+        problems += Check(comm.AllReduce(in(a, n), f32(b, n + 1), ReduceOp::kSum),
+                          StatusCode::kInvalidArgument, "recv.count (13) != send.count (12)",
+                          "count mismatch");
+        std::fill_n(b, n, -1.0f);
+        problems += Check(comm.AllReduce(in(a, n), f32(b, n), ReduceOp::kSum, {.segment_bytes = 8}),
+                          StatusCode::kOk, "", "after the refusals");
+        for (size_t i = 0; i < n; ++i) {
+          if (b[i] != 6.0f) return problems + "after the refusals: wrong sum\n";
+        }
+        return problems;
       },
       Options());
   EXPECT_EQ(Join(reports), "");

@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -253,6 +254,14 @@ class Communicator {
                   std::span<T> recv, int root, const CallOptions& options = {}) {
     return ScatterV(MakeBuffer(send), counts, MakeBuffer(recv), root, options);
   }
+
+  // Refuses this rank's next call, a `kind` call, as if its arguments were invalid: nothing
+  // is sent; this rank gets kInvalidArgument "<kind>: <reason>", and every rank that enters
+  // that call gets kInvalidArgument naming this rank and the reason; all abandon it and the
+  // communicator stays usable. For bindings that check arguments the library cannot see (a
+  // read-only or non-contiguous array), so that the peers hear of it instead of waiting out
+  // their deadline. A failed communicator returns its failure instead.
+  Status RejectCall(CollectiveKind kind, const std::string& reason);
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

@@ -3,8 +3,12 @@
 // touches the transport's group failure, which is atomic.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <memory>
+#include <optional>
 
+#include "algo/primitives.h"
 #include "algo/select.h"
 #include "chorus/communicator.h"
 #include "core/collectives.h"
@@ -30,6 +34,7 @@ class alignas(64) CommState {
   void HostStore(std::unique_ptr<TcpStoreServer> server) { store_server_ = std::move(server); }
 
   Status Run(const CallArgs& call, const CallOptions& options);
+  Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
   Status health() const;
 
@@ -38,8 +43,31 @@ class alignas(64) CommState {
 
  private:
   void Quiesce(uint64_t call);
+  // OK when call `call` of `kind` may start: no sticky failure and none recorded by the group.
+  Status Admit(CollectiveKind kind);
   // Runs call `call` (validated) on the selected algorithm; counts its bytes, not the call.
   Status Execute(const CallArgs& args, const CallOptions& options, uint64_t call);
+  // What a valid call derives from its arguments: validated, normalised, selected.
+  struct Plan {
+    // The key: the caller's arguments and options (algorithm empty).
+    CallArgs args;
+    std::optional<std::chrono::milliseconds> timeout;
+    std::optional<size_t> segment_bytes;
+    bool valid = false;
+    // The plan: everything but the call index.
+    const AlgorithmInfo* algorithm = nullptr;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    size_t total = 0;
+    bool empty = false;
+    std::chrono::milliseconds call_timeout{0};
+    CallContext ctx;
+
+    bool Matches(const CallArgs& a, const CallOptions& o) const;
+  };
+  // Checks nothing; Rejects the call when the algorithm is not found.
+  Status Prepare(const CallArgs& args, const CallOptions& options, uint64_t call, Plan* plan);
+  Status Launch(Plan& plan, uint64_t call);
   static bool IsIntegerAvg(DataType dtype, ReduceOp op, int size);
   // kAvg of an integer type, exactly: a uint64 sum of two lanes per element (communicator.cpp).
   Status RunIntegerAvg(const CallArgs& args, const CallOptions& options, uint64_t call);
@@ -65,6 +93,10 @@ class alignas(64) CommState {
   std::unique_ptr<uint64_t[]> avg_lanes_;  // integer averages' lanes, made on first use
   std::unique_ptr<size_t[]> avg_counts_;   // ... and a reduce-scatter-v's lane counts
   TrafficCounters traffic_;
+  // The last calls planned by Run, kept for the next ones with the same arguments (a training
+  // loop's buckets, a benchmark's): they skip validation and selection.
+  std::array<Plan, 4> plans_;
+  unsigned next_plan_ = 0;
 };
 
 }  // namespace chorus::internal

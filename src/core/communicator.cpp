@@ -103,9 +103,16 @@ void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }
 
-Status CommState::Run(const CallArgs& args, const CallOptions& options) {
-  const uint64_t call = calls_++;
-  const CollectiveKind kind = args.kind;
+bool CommState::Plan::Matches(const CallArgs& a, const CallOptions& o) const {
+  return valid && a.kind == args.kind && a.send.data == args.send.data &&
+         a.send.count == args.send.count && a.send.dtype == args.send.dtype &&
+         a.recv.data == args.recv.data && a.recv.count == args.recv.count &&
+         a.recv.dtype == args.recv.dtype && a.op == args.op && a.root == args.root &&
+         a.send_counts.empty() && a.recv_counts.empty() && o.algorithm.empty() &&
+         o.timeout == timeout && o.segment_bytes == segment_bytes;
+}
+
+Status CommState::Admit(CollectiveKind kind) {
   if (!sticky_.ok()) return sticky_;
   // The recorded failure only: a peer that already left is no reason to refuse a call that
   // may not need it (a zero count); waits notice dead peers they depend on.
@@ -117,16 +124,55 @@ Status CommState::Run(const CallArgs& args, const CallOptions& options) {
                                  std::to_string(rank()) + " cannot start: " + cause.message());
     return sticky_;
   }
-  const CallShape shape{rank(), size(), transport_->slot_bytes()};
-  if (Status invalid = ValidateCall(shape, args, options); !invalid.ok()) {
-    // Nothing was sent; let peers that entered this call stop instead of waiting for us.
-    transport_->Reject(call, invalid.message());
-    return invalid;
+  return Status::Ok();
+}
+
+Status CommState::RejectCall(CollectiveKind kind, const std::string& reason) {
+  const uint64_t call = calls_++;
+  CHORUS_RETURN_IF_ERROR(Admit(kind));
+  Status invalid = InvalidArgument(std::string(CollectiveKindName(kind)) + ": " + reason);
+  transport_->Reject(call, invalid.message());
+  return invalid;
+}
+
+Status CommState::Run(const CallArgs& args, const CallOptions& options) {
+  const uint64_t call = calls_++;
+  const CollectiveKind kind = args.kind;
+  CHORUS_RETURN_IF_ERROR(Admit(kind));
+  Status status;
+  Plan* known = nullptr;
+  for (Plan& plan : plans_) {
+    if (plan.Matches(args, options)) {
+      known = &plan;
+      break;
+    }
   }
-  const CallArgs used = Normalized(args, rank());
-  const Status status = Collective(kind).reduces && IsIntegerAvg(used.send.dtype, used.op, size())
-                            ? RunIntegerAvg(used, options, call)
-                            : Execute(used, options, call);
+  if (known != nullptr) {
+    // The arguments and options of a recent call: valid, and selected, as they were.
+    status = Launch(*known, call);
+  } else {
+    const CallShape shape{rank(), size(), transport_->slot_bytes()};
+    if (Status invalid = ValidateCall(shape, args, options); !invalid.ok()) {
+      // Nothing was sent; let peers that entered this call stop instead of waiting for us.
+      transport_->Reject(call, invalid.message());
+      return invalid;
+    }
+    const CallArgs used = Normalized(args, rank());
+    if (Collective(kind).reduces && IsIntegerAvg(used.send.dtype, used.op, size())) {
+      status = RunIntegerAvg(used, options, call);
+    } else {
+      Plan& plan = plans_[next_plan_++ % plans_.size()];
+      plan.valid = false;
+      CHORUS_RETURN_IF_ERROR(Prepare(used, options, call, &plan));
+      // A varied call's counts may change behind the same span, and a named algorithm is
+      // looked up by name: neither is remembered.
+      plan.valid = !Collective(kind).varied && options.algorithm.empty();
+      plan.args = args;
+      plan.timeout = options.timeout;
+      plan.segment_bytes = options.segment_bytes;
+      status = Launch(plan, call);
+    }
+  }
   if (!status.ok()) return status;
   ++traffic_.by_kind[static_cast<int>(kind)].calls;
   ++traffic_.total.calls;
@@ -134,6 +180,13 @@ Status CommState::Run(const CallArgs& args, const CallOptions& options) {
 }
 
 Status CommState::Execute(const CallArgs& args, const CallOptions& options, uint64_t call) {
+  Plan plan;
+  CHORUS_RETURN_IF_ERROR(Prepare(args, options, call, &plan));
+  return Launch(plan, call);
+}
+
+Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint64_t call,
+                          Plan* plan) {
   const CollectiveKind kind = args.kind;
   const CollectiveInfo& collective = Collective(kind);
   const ConstBuffer send = args.send;
@@ -155,13 +208,18 @@ Status CommState::Execute(const CallArgs& args, const CallOptions& options, uint
     transport_->Reject(call, algorithm.status().message());
     return algorithm.status();
   }
-  transport_->Enter(call);
-  const std::chrono::milliseconds timeout = options.timeout.value_or(options_.timeout);
   const size_t segment_bytes = options.segment_bytes.value_or(transport_->default_segment_bytes());
+  plan->algorithm = *algorithm;
+  plan->send = send.data;
+  plan->recv = recv.data;
+  plan->total = total;
+  plan->call_timeout = options.timeout.value_or(options_.timeout);
+  // A call without elements still meets the peers; a barrier is nothing else, by its own
+  // algorithm, and a varied call's algorithm sends every pair a message, empty or not.
+  plan->empty =
+      total == 0 && size() > 1 && collective.counts != Counts::kNone && !collective.varied;
 
-  Traffic& traffic = traffic_.by_kind[static_cast<int>(kind)];
-  const Traffic before = traffic;
-  CallContext ctx;
+  CallContext& ctx = plan->ctx;
   ctx.transport = transport_.get();
   ctx.kernel = collective.reduces ? &reduce::GetKernel(send.dtype, args.op) : nullptr;
   ctx.tag = CallTag{call,
@@ -180,19 +238,24 @@ Status CommState::Execute(const CallArgs& args, const CallOptions& options, uint
   ctx.recv_elems = recv.count;
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
-  waiter_.StartCall(timeout);  // the deadline is fixed by the first wait that reads the clock
   ctx.waiter = &waiter_;
-  ctx.traffic = &traffic;
+  ctx.traffic = &traffic_.by_kind[static_cast<int>(kind)];
   ctx.scratch = scratch_;
   ctx.operands = operands_;
   ctx.messages = messages_;
+  return Status::Ok();
+}
 
-  // A call without elements still meets the peers; a barrier is nothing else, by its own
-  // algorithm, and a varied call's algorithm sends every pair a message, empty or not.
-  const bool empty =
-      total == 0 && size() > 1 && collective.counts != Counts::kNone && !collective.varied;
+Status CommState::Launch(Plan& plan, uint64_t call) {
+  CallContext& ctx = plan.ctx;
+  ctx.tag.call_index = call;
+  transport_->Enter(call);
+  Traffic& traffic = *ctx.traffic;
+  const Traffic before = traffic;
+  // The deadline is fixed by the first wait that reads the clock.
+  waiter_.StartCall(plan.call_timeout);
   const Status status =
-      empty ? EmptyCall(ctx) : (*algorithm)->run(ctx, send.data, recv.data, total);
+      plan.empty ? EmptyCall(ctx) : plan.algorithm->run(ctx, plan.send, plan.recv, plan.total);
   transport_->Leave();
   traffic_.total.bytes_sent += traffic.bytes_sent - before.bytes_sent;
   traffic_.total.bytes_received += traffic.bytes_received - before.bytes_received;
@@ -389,6 +452,14 @@ Status Communicator::Broadcast(ConstBuffer send, MutableBuffer recv, int root,
 Status Communicator::Reduce(ConstBuffer send, MutableBuffer recv, ReduceOp op, int root,
                             const CallOptions& options) {
   return state_->Run({CollectiveKind::kReduce, send, recv, op, root, {}, {}}, options);
+}
+
+Status Communicator::RejectCall(CollectiveKind kind, const std::string& reason) {
+  if (static_cast<unsigned>(kind) >= kNumCollectiveKinds) {
+    return InvalidArgument("RejectCall: kind (" + std::to_string(static_cast<int>(kind)) +
+                           ") is not a chorus::CollectiveKind");
+  }
+  return state_->RejectCall(kind, reason);
 }
 
 Status Communicator::Barrier(const CallOptions& options) {
