@@ -23,6 +23,10 @@ PACKAGES=(
   nlohmann-json3-dev
   python3
   python3-matplotlib
+  python3-dev
+  python3-numpy
+  python3-pytest
+  pybind11-dev
   libsodium-dev
   openmpi-bin
   libopenmpi-dev

@@ -80,6 +80,29 @@ def table_panel(diagram, path):
     plt.close(fig)
 
 
+def render(record, out_dir):
+    """Draws the three figures of `record` (a demo.json's content) into out_dir; returns their
+    paths. Also what `python3 -m chorus.demo --plot` calls (the package ships this file)."""
+    panels = record["data"]["panels"]
+    if len(panels) != 2:
+        sys.exit(f"plot_demo.py: expected 2 panels, found {len(panels)}")
+    config = record["data"].get("config", {})
+    setup = f'{record.get("environment", {}).get("deviceCount", "?")} ranks'
+    if "count" in config and "dtype" in config:
+        setup += f', {config["count"]} x {config["dtype"]}'
+    os.makedirs(out_dir, exist_ok=True)
+
+    bar_panel(panels[0], f"Values each rank stores after each collective ({setup})",
+              os.path.join(out_dir, "panel1.png"))
+    # The record keeps the seed's axis label; with a measured series next to the model the
+    # axis is no longer only "modeled".
+    bar_panel(panels[1], f"Bytes sent per rank: ring model vs traffic counters ({setup})",
+              os.path.join(out_dir, "panel2.png"),
+              ylabel="payload bytes sent per rank" if len(panels[1]["series"]) > 1 else None)
+    table_panel(record["diagram"], os.path.join(out_dir, "table.png"))
+    return [os.path.join(out_dir, name) for name in ("panel1.png", "panel2.png", "table.png")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json_path", help="demo.json written by `chorus demo`")
@@ -88,25 +111,8 @@ def main():
 
     with open(args.json_path, encoding="utf-8") as f:
         record = json.load(f)
-    panels = record["data"]["panels"]
-    if len(panels) != 2:
-        sys.exit(f"plot_demo.py: expected 2 panels, found {len(panels)}")
-    config = record["data"].get("config", {})
-    setup = f'{record.get("environment", {}).get("deviceCount", "?")} ranks'
-    if "count" in config and "dtype" in config:
-        setup += f', {config["count"]} x {config["dtype"]}'
-    os.makedirs(args.out_dir, exist_ok=True)
-
-    bar_panel(panels[0], f"Values each rank stores after each collective ({setup})",
-              os.path.join(args.out_dir, "panel1.png"))
-    # The record keeps the seed's axis label; with a measured series next to the model the
-    # axis is no longer only "modeled".
-    bar_panel(panels[1], f"Bytes sent per rank: ring model vs traffic counters ({setup})",
-              os.path.join(args.out_dir, "panel2.png"),
-              ylabel="payload bytes sent per rank" if len(panels[1]["series"]) > 1 else None)
-    table_panel(record["diagram"], os.path.join(args.out_dir, "table.png"))
-    for name in ("panel1.png", "panel2.png", "table.png"):
-        print(os.path.join(args.out_dir, name))
+    for path in render(record, args.out_dir):
+        print(path)
 
 
 if __name__ == "__main__":

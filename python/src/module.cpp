@@ -1,0 +1,840 @@
+// chorus._chorus: the Python binding of the public C++ API (chorus/chorus.h), on numpy arrays
+// without copies. The package's __init__.py re-exports it; docs/python.md is the user's guide.
+//
+// Every collective takes C-contiguous numpy arrays and hands their memory to the library as it
+// is: the buffer protocol's pointer, count and dtype. What the library cannot see (an object
+// that is not an array, a read-only or strided array, a dtype chorus has no type for) is refused
+// through Communicator::RejectCall, so the other ranks fail the same call at once instead of
+// waiting out their deadline. The GIL is released for the whole of every call that may wait.
+//
+// Errors raise the classes of chorus/errors.py, one per chorus::StatusCode, carrying the code,
+// the message and whether the communicator is still usable (after INVALID_ARGUMENT it is).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chorus/chorus.h"
+
+namespace py = pybind11;
+
+namespace chorus::python {
+namespace {
+
+// ------------------------------------------------------------------------------ errors
+
+// chorus.errors.BY_CODE, looked up once and kept for the interpreter's life (a static
+// py::object would be released after the interpreter is gone).
+py::handle ErrorClasses() {
+  static py::handle classes =
+      py::object(py::module_::import("chorus.errors").attr("BY_CODE")).release();
+  return classes;
+}
+
+[[noreturn]] void Raise(const Status& status, bool usable) {
+  py::object cls = ErrorClasses()[py::int_(static_cast<int>(status.code()))];
+  py::object error = cls(status.message(), usable);
+  PyErr_SetObject(cls.ptr(), error.ptr());
+  throw py::error_already_set();
+}
+
+// A collective's failure: the communicator is usable after kInvalidArgument only.
+[[noreturn]] void RaiseCall(const Status& status) {
+  Raise(status, status.code() == StatusCode::kInvalidArgument);
+}
+
+// Anything that is not a call on a communicator (options, stores, creation).
+void Check(const Status& status) {
+  if (!status.ok()) Raise(status, false);
+}
+
+Status BadArgument(const std::string& what) { return InvalidArgument(what); }
+
+// ------------------------------------------------------------------------------ options
+
+std::chrono::milliseconds Millis(const py::handle& seconds, const char* name) {
+  double s = 0;
+  if (py::hasattr(seconds, "total_seconds")) {  // datetime.timedelta
+    s = seconds.attr("total_seconds")().cast<double>();
+  } else {
+    s = seconds.cast<double>();
+  }
+  if (!(s > 0) || !std::isfinite(s) || s > 1e9) {
+    Check(BadArgument(std::string(name) + " (" + std::to_string(s) +
+                      " s) must be positive and finite"));
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(s * 1000.0)));
+}
+
+template <typename Enum, int N>
+Enum ParseName(const std::string& value, std::string_view (*name_of)(Enum), const char* what) {
+  std::string known;
+  for (int i = 0; i < N; ++i) {
+    const auto e = static_cast<Enum>(i);
+    if (name_of(e) == value) return e;
+    known += (known.empty() ? "" : ", ") + std::string(name_of(e));
+  }
+  Check(BadArgument(std::string(what) + " (\"" + value + "\") is not one of: " + known));
+  return Enum{};
+}
+
+class PyStore {
+ public:
+  explicit PyStore(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+  const std::shared_ptr<Store>& get() const { return store_; }
+
+  void Set(const std::string& key, const py::bytes& value) {
+    std::string v = value;
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = store_->Set(key, v);
+    }
+    Check(s);
+  }
+  py::bytes Get(const std::string& key, const py::object& timeout) {
+    const auto ms = Millis(timeout, "timeout");
+    Result<std::string> r = Status::Ok();
+    {
+      py::gil_scoped_release nogil;
+      r = store_->Get(key, ms);
+    }
+    Check(r.status());
+    return py::bytes(*r);
+  }
+  int64_t Add(const std::string& key, int64_t delta) {
+    Result<int64_t> r = Status::Ok();
+    {
+      py::gil_scoped_release nogil;
+      r = store_->Add(key, delta);
+    }
+    Check(r.status());
+    return *r;
+  }
+  void Wait(const std::vector<std::string>& keys, const py::object& timeout) {
+    const auto ms = Millis(timeout, "timeout");
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = store_->Wait(keys, ms);
+    }
+    Check(s);
+  }
+  bool Delete(const std::string& key) {
+    Result<bool> r = Status::Ok();
+    {
+      py::gil_scoped_release nogil;
+      r = store_->Delete(key);
+    }
+    Check(r.status());
+    return *r;
+  }
+  std::string address() const { return store_->address(); }
+
+ private:
+  std::shared_ptr<Store> store_;
+};
+
+// CommOptions from keyword arguments; unknown names are a TypeError, as Python does.
+CommOptions OptionsFrom(const py::kwargs& kwargs) {
+  CommOptions o;
+  for (const auto& [key_handle, value] : kwargs) {
+    const std::string key = py::str(key_handle);
+    if (value.is_none()) continue;
+    if (key == "timeout") {
+      o.timeout = Millis(value, "timeout");
+    } else if (key == "segment_bytes") {
+      o.segment_bytes = value.cast<size_t>();
+    } else if (key == "pipeline_depth") {
+      o.pipeline_depth = value.cast<int>();
+    } else if (key == "transport") {
+      o.transport = ParseName<TransportKind, 5>(value.cast<std::string>(), &TransportKindName,
+                                                "transport");
+    } else if (key == "algorithm") {
+      o.algorithm = value.cast<std::string>();
+    } else if (key == "wait") {
+      o.wait = ParseName<WaitMode, 3>(value.cast<std::string>(), &WaitModeName, "wait");
+    } else if (key == "wire") {
+      o.wire = ParseName<WireMode, 3>(value.cast<std::string>(), &WireModeName, "wire");
+    } else if (key == "tuning_file") {
+      o.tuning_file = value.cast<std::string>();
+    } else if (key == "shm_dir") {
+      o.shm_dir = value.cast<std::string>();
+    } else if (key == "rank") {
+      o.rank = value.cast<int>();
+    } else if (key == "size") {
+      o.size = value.cast<int>();
+    } else if (key == "store") {
+      o.store = value.cast<PyStore&>().get();
+    } else if (key == "store_url") {
+      o.store_url = value.cast<std::string>();
+    } else if (key == "host_store") {
+      o.host_store = value.cast<bool>();
+    } else if (key == "name") {
+      o.name = value.cast<std::string>();
+    } else if (key == "job_id") {
+      o.job_id = value.cast<std::string>();
+    } else if (key == "secret") {
+      o.secret = value.cast<std::string>();
+    } else if (key == "listen") {
+      o.listen = value.cast<std::string>();
+    } else if (key == "host_id") {
+      o.host_id = value.cast<std::string>();
+    } else {
+      throw py::type_error("unexpected option '" + key + "'");
+    }
+  }
+  return o;
+}
+
+// ------------------------------------------------------------------------------ buffers
+
+// An array's memory as the library sees it, or why it cannot be used.
+struct Array {
+  py::array array;  // keeps the memory alive for the call
+  void* data = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+std::optional<DataType> DataTypeOf(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  switch (kind) {
+    case 'i':
+      if (size == 1) return DataType::kInt8;
+      if (size == 4) return DataType::kInt32;
+      if (size == 8) return DataType::kInt64;
+      break;
+    case 'u':
+      if (size == 1) return DataType::kUint8;
+      if (size == 4) return DataType::kUint32;
+      if (size == 8) return DataType::kUint64;
+      break;
+    case 'f':
+      if (size == 2) return DataType::kFloat16;
+      if (size == 4) return DataType::kFloat32;
+      if (size == 8) return DataType::kFloat64;
+      break;
+    case 'V':  // ml_dtypes.bfloat16 registers itself as a void-kind type of its own name
+      if (size == 2 && py::str(dt.attr("name")).cast<std::string>() == "bfloat16") {
+        return DataType::kBFloat16;
+      }
+      break;
+    default:
+      break;
+  }
+  return std::nullopt;
+}
+
+// `as`: the dtype= override (a uint16 array read as bfloat16, say), or empty.
+Status ToArray(const py::handle& object, const char* name, bool writable,
+               const std::optional<DataType>& as, Array* out) {
+  if (!py::isinstance<py::array>(object)) {
+    return BadArgument(std::string(name) + " must be a numpy.ndarray, not " +
+                       std::string(py::str(object.get_type().attr("__name__"))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(object);
+  if (!(a.flags() & py::array::c_style)) {
+    return BadArgument(std::string(name) +
+                       " is not C-contiguous (a strided view or a transpose): pass "
+                       "numpy.ascontiguousarray(" + name + ")");
+  }
+  if (writable && !a.writeable()) {
+    return BadArgument(std::string(name) + " is read-only, and this call writes into it");
+  }
+  const py::dtype dt = a.dtype();
+  std::optional<DataType> dtype = as;
+  if (dtype) {
+    if (static_cast<size_t>(dt.itemsize()) != DataTypeSize(*dtype)) {
+      return BadArgument(std::string(name) + " has " + std::to_string(dt.itemsize()) +
+                         "-byte elements; dtype=" + std::string(DataTypeName(*dtype)) +
+                         " needs " + std::to_string(DataTypeSize(*dtype)));
+    }
+  } else {
+    dtype = DataTypeOf(dt);
+    if (!dtype) {
+      return BadArgument(std::string(name) + " has dtype " +
+                         std::string(py::str(dt.attr("name"))) +
+                         ", which chorus has no type for (int8, uint8, int32, uint32, int64, "
+                         "uint64, float16, bfloat16, float32, float64; a uint16 array is "
+                         "read as bfloat16 with dtype=\"bfloat16\")");
+    }
+  }
+  out->data = writable ? a.mutable_data() : const_cast<void*>(a.data());
+  out->count = static_cast<size_t>(a.size());
+  out->dtype = *dtype;
+  out->array = std::move(a);
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------------------ communicator
+
+CollectiveKind KindOf(std::string_view name) {
+  for (int i = 0; i < kNumCollectiveKinds; ++i) {
+    if (CollectiveKindName(static_cast<CollectiveKind>(i)) == name) {
+      return static_cast<CollectiveKind>(i);
+    }
+  }
+  return CollectiveKind::kAllReduce;
+}
+
+py::dict TrafficDict(const Traffic& t) {
+  py::dict d;
+  d["bytes_sent"] = t.bytes_sent;
+  d["bytes_received"] = t.bytes_received;
+  d["calls"] = t.calls;
+  return d;
+}
+
+// The keyword options every collective takes.
+struct CallKw {
+  py::object timeout;
+  py::object algorithm;
+  py::object dtype;
+};
+
+class PyComm {
+ public:
+  explicit PyComm(Communicator comm) : comm_(std::make_unique<Communicator>(std::move(comm))) {}
+
+  int rank() { return Live().rank(); }
+  int size() { return Live().size(); }
+  std::string transport() { return std::string(TransportKindName(Live().transport())); }
+
+  // A collective: validates what the library cannot, then runs `fn(options)` without the GIL.
+  // Marks the communicator busy for the call: it belongs to one thread at a time.
+  template <typename Fn>
+  void Call(CollectiveKind kind, const CallKw& kw, const Status& refused, Fn&& fn) {
+    Communicator& comm = Live();
+    Busy busy(this);
+    if (!refused.ok()) {
+      Status s;
+      {
+        py::gil_scoped_release nogil;
+        s = comm.RejectCall(kind, refused.message());
+      }
+      RaiseCall(s);
+    }
+    CallOptions options;
+    if (!kw.timeout.is_none()) options.timeout = Millis(kw.timeout, "timeout");
+    if (!kw.algorithm.is_none()) options.algorithm = kw.algorithm.cast<std::string>();
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = fn(comm, options);
+    }
+    if (!s.ok()) RaiseCall(s);
+  }
+
+  // Each collective returns its output array (None where the rank has none).
+  py::object AllReduce(const py::object& send, const py::object& recv, const py::object& op,
+                       const CallKw& kw) {
+    return Reducing(CollectiveKind::kAllReduce, send, recv, op, kw, -1);
+  }
+  py::object Reduce(const py::object& send, const py::object& recv, const py::object& op,
+                    int root, const CallKw& kw) {
+    return Reducing(CollectiveKind::kReduce, send, recv, op, kw, root);
+  }
+  py::object Broadcast(const py::object& send, const py::object& recv, int root,
+                       const CallKw& kw) {
+    // Only the root's send is read; elsewhere recv alone matters (send may be recv or None).
+    const bool at_root = rank() == root;
+    const py::object& out = recv.is_none() ? send : recv;
+    Array s, r;
+    Status refused = Buffers(send.is_none() || !at_root ? out : send, out, kw, &s, &r);
+    Call(CollectiveKind::kBroadcast, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.Broadcast({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, root, o);
+    });
+    return r.array;
+  }
+  void Barrier(const CallKw& kw) {
+    Call(CollectiveKind::kBarrier, kw, Status::Ok(),
+         [&](Communicator& c, const CallOptions& o) { return c.Barrier(o); });
+  }
+  py::object AllToAll(const py::object& send, const py::object& recv, const CallKw& kw) {
+    Array s, r;
+    Status refused = Buffers(send, recv.is_none() ? send : recv, kw, &s, &r);
+    Call(CollectiveKind::kAllToAll, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.AllToAll({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, o);
+    });
+    return r.array;
+  }
+  // Output p times the input along axis 0: all-gather, and gather at the root.
+  py::object AllGather(const py::object& send, const py::object& recv, const CallKw& kw) {
+    Array s, r;
+    Status refused = Growing(send, recv, kw, &s, &r);
+    Call(CollectiveKind::kAllGather, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.AllGather({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, o);
+    });
+    return r.array;
+  }
+  py::object Gather(const py::object& send, const py::object& recv, int root, const CallKw& kw) {
+    Array s, r;
+    const bool at_root = rank() == root;
+    Status refused = at_root ? Growing(send, recv, kw, &s, &r) : Buffers(send, send, kw, &s, &r, false);
+    Call(CollectiveKind::kGather, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.Gather({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, root, o);
+    });
+    return at_root ? py::object(r.array) : py::object(py::none());
+  }
+  // Output a p-th of the input along axis 0: reduce-scatter; scatter (recv given).
+  py::object ReduceScatter(const py::object& send, const py::object& recv, const py::object& op,
+                           const CallKw& kw) {
+    Array s, r;
+    Status refused = Shrinking(send, recv, kw, &s, &r);
+    ReduceOp rop = ReduceOp::kSum;
+    if (refused.ok()) refused = OpOf(op, &rop);
+    Call(CollectiveKind::kReduceScatter, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.ReduceScatter({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, rop, o);
+    });
+    return r.array;
+  }
+  py::object Scatter(const py::object& send, const py::object& recv, int root, const CallKw& kw) {
+    Array s, r;
+    const bool at_root = rank() == root;
+    Status refused = recv.is_none() ? BadArgument("recv is required (every rank's output)")
+                     : at_root      ? Buffers(send, recv, kw, &s, &r)
+                                    : Buffers(recv, recv, kw, &s, &r);
+    Call(CollectiveKind::kScatter, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.Scatter({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, root, o);
+    });
+    return r.array;
+  }
+
+  // ---- the v-variants: counts in elements, one per rank; a missing recv is made 1-D.
+  py::object AllGatherV(const py::object& send, const py::object& counts, const py::object& recv,
+                        const CallKw& kw) {
+    Array s, r;
+    std::vector<size_t> n;
+    Status refused = Counts(counts, "counts", &n);
+    if (refused.ok()) refused = VariedOut(send, recv, kw, Sum(n), &s, &r);
+    Call(CollectiveKind::kAllGatherV, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.AllGatherV({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, n, o);
+    });
+    return r.array;
+  }
+  py::object ReduceScatterV(const py::object& send, const py::object& counts,
+                            const py::object& recv, const py::object& op, const CallKw& kw) {
+    Array s, r;
+    std::vector<size_t> n;
+    ReduceOp rop = ReduceOp::kSum;
+    Status refused = Counts(counts, "counts", &n);
+    if (refused.ok()) {
+      const int me = rank();
+      refused = VariedOut(send, recv, kw, static_cast<size_t>(me) < n.size() ? n[me] : 0, &s, &r);
+    }
+    if (refused.ok()) refused = OpOf(op, &rop);
+    Call(CollectiveKind::kReduceScatterV, kw, refused,
+         [&](Communicator& c, const CallOptions& o) {
+           return c.ReduceScatterV({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, n,
+                                   rop, o);
+         });
+    return r.array;
+  }
+  py::object AllToAllV(const py::object& send, const py::object& send_counts,
+                       const py::object& recv, const py::object& recv_counts, const CallKw& kw) {
+    Array s, r;
+    std::vector<size_t> sn, rn;
+    Status refused = Counts(send_counts, "send_counts", &sn);
+    if (refused.ok()) refused = Counts(recv_counts, "recv_counts", &rn);
+    if (refused.ok()) refused = VariedOut(send, recv, kw, Sum(rn), &s, &r);
+    Call(CollectiveKind::kAllToAllV, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.AllToAllV({s.data, s.count, s.dtype}, sn, {r.data, r.count, r.dtype}, rn, o);
+    });
+    return r.array;
+  }
+  py::object GatherV(const py::object& send, const py::object& counts, const py::object& recv,
+                     int root, const CallKw& kw) {
+    Array s, r;
+    std::vector<size_t> n;
+    const bool at_root = rank() == root;
+    Status refused;
+    if (at_root) {
+      refused = Counts(counts, "counts", &n);
+      if (refused.ok()) refused = VariedOut(send, recv, kw, Sum(n), &s, &r);
+    } else {
+      refused = Buffers(send, send, kw, &s, &r, false);
+    }
+    Call(CollectiveKind::kGatherV, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.GatherV({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, n, root, o);
+    });
+    return at_root ? py::object(r.array) : py::object(py::none());
+  }
+  py::object ScatterV(const py::object& send, const py::object& counts, const py::object& recv,
+                      int root, const CallKw& kw) {
+    Array s, r;
+    std::vector<size_t> n;
+    const bool at_root = rank() == root;
+    Status refused = recv.is_none() ? BadArgument("recv is required (every rank's output)")
+                                    : Status::Ok();
+    if (refused.ok() && at_root) refused = Counts(counts, "counts", &n);
+    if (refused.ok()) refused = at_root ? Buffers(send, recv, kw, &s, &r) : Buffers(recv, recv, kw, &s, &r);
+    Call(CollectiveKind::kScatterV, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.ScatterV({s.data, s.count, s.dtype}, n, {r.data, r.count, r.dtype}, root, o);
+    });
+    return r.array;
+  }
+
+  void RejectCall(const std::string& collective, const std::string& reason) {
+    Communicator& comm = Live();
+    Busy busy(this);
+    Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = comm.RejectCall(KindOf(collective), reason);
+    }
+    RaiseCall(s);
+  }
+
+  void Abort() { Live().Abort(); }
+  // None when healthy, else the error a call would raise (not raised).
+  py::object Health() {
+    const Status s = Live().health();
+    if (s.ok()) return py::none();
+    py::object cls = ErrorClasses()[py::int_(static_cast<int>(s.code()))];
+    return cls(s.message(), false);
+  }
+  py::dict TrafficOf() {
+    const TrafficCounters t = Live().traffic();
+    py::dict d;
+    for (int i = 0; i < kNumCollectiveKinds; ++i) {
+      d[py::str(std::string(CollectiveKindName(static_cast<CollectiveKind>(i))))] =
+          TrafficDict(t.by_kind[i]);
+    }
+    d["total"] = TrafficDict(t.total);
+    return d;
+  }
+  void ResetTraffic() { Live().ResetTraffic(); }
+  void Close() {
+    if (busy_.load()) throw py::value_error("close: the communicator is in a call on another thread");
+    comm_.reset();
+  }
+  bool closed() const { return comm_ == nullptr; }
+
+ private:
+  struct Busy {
+    explicit Busy(PyComm* c) : comm(c) {
+      if (comm->busy_.exchange(true)) {
+        Raise(InvalidArgument("the communicator is already in a call on another thread: a "
+                              "communicator belongs to one thread at a time"),
+              true);
+      }
+    }
+    ~Busy() { comm->busy_.store(false); }
+    PyComm* comm;
+  };
+
+  Communicator& Live() {
+    if (comm_ == nullptr) throw py::value_error("the communicator is closed");
+    return *comm_;
+  }
+
+  static size_t Sum(const std::vector<size_t>& v) {
+    size_t total = 0;
+    for (size_t x : v) total += x;
+    return total;
+  }
+
+  static std::optional<DataType> Override(const CallKw& kw, Status* refused) {
+    if (kw.dtype.is_none()) return std::nullopt;
+    const std::string name = py::str(kw.dtype);
+    std::optional<DataType> t = ParseDataType(name);
+    if (!t) *refused = BadArgument("dtype (\"" + name + "\") is not a chorus data type");
+    return t;
+  }
+
+  static Status OpOf(const py::object& op, ReduceOp* out) {
+    if (py::isinstance<py::str>(op)) {
+      const std::string name = op.cast<std::string>();  // a str Enum's value, not its repr
+      if (std::optional<ReduceOp> r = ParseReduceOp(name)) {
+        *out = *r;
+        return Status::Ok();
+      }
+      return BadArgument("op (\"" + name + "\") is not one of: sum, prod, min, max, avg");
+    }
+    return BadArgument("op must be a str or chorus.ReduceOp");
+  }
+
+  // send read-only, recv written (when `recv_written`).
+  static Status Buffers(const py::object& send, const py::object& recv, const CallKw& kw,
+                        Array* s, Array* r, bool recv_written = true) {
+    Status refused;
+    const std::optional<DataType> as = Override(kw, &refused);
+    if (!refused.ok()) return refused;
+    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
+    return ToArray(recv, "recv", recv_written, as, r);
+  }
+
+  py::object Reducing(CollectiveKind kind, const py::object& send, const py::object& recv,
+                      const py::object& op, const CallKw& kw, int root) {
+    Array s, r;
+    ReduceOp rop = ReduceOp::kSum;
+    // Reduce writes the root's recv only.
+    const bool writes = kind != CollectiveKind::kReduce || rank() == root;
+    Status refused = Buffers(send, recv.is_none() ? send : recv, kw, &s, &r, writes);
+    if (refused.ok()) refused = OpOf(op, &rop);
+    Call(kind, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return kind == CollectiveKind::kReduce
+                 ? c.Reduce({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, rop, root, o)
+                 : c.AllReduce({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, rop, o);
+    });
+    return r.array;
+  }
+
+  // A missing recv is made: send's shape with axis 0 p times longer (a 0-d send: (p,)).
+  Status Growing(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
+                 Array* r) {
+    if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
+    Status refused;
+    const std::optional<DataType> as = Override(kw, &refused);
+    if (!refused.ok()) return refused;
+    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
+    std::vector<py::ssize_t> shape(s->array.shape(), s->array.shape() + s->array.ndim());
+    if (shape.empty()) shape.push_back(1);
+    shape[0] *= size();
+    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+  }
+
+  // A missing recv is made: send's shape with axis 0 p times shorter; axis 0 must divide.
+  Status Shrinking(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
+                   Array* r) {
+    if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
+    Status refused;
+    const std::optional<DataType> as = Override(kw, &refused);
+    if (!refused.ok()) return refused;
+    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
+    std::vector<py::ssize_t> shape(s->array.shape(), s->array.shape() + s->array.ndim());
+    const auto p = static_cast<py::ssize_t>(size());
+    if (shape.empty() || shape[0] % p != 0) {
+      return BadArgument("send's first axis (" +
+                         (shape.empty() ? std::string("none: a 0-d array")
+                                        : std::to_string(shape[0])) +
+                         ") is not a multiple of size (" + std::to_string(p) +
+                         "): pass recv, or a send whose first axis divides");
+    }
+    shape[0] /= p;
+    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+  }
+
+  // A v-variant's output: recv, or a new 1-D array of `elements`.
+  static Status VariedOut(const py::object& send, const py::object& recv, const CallKw& kw,
+                          size_t elements, Array* s, Array* r) {
+    if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
+    Status refused;
+    const std::optional<DataType> as = Override(kw, &refused);
+    if (!refused.ok()) return refused;
+    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
+    const std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(elements)};
+    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+  }
+
+  static Status Counts(const py::object& counts, const char* name, std::vector<size_t>* out) {
+    if (counts.is_none()) return BadArgument(std::string(name) + " is required");
+    try {
+      for (const py::handle item : py::iter(counts)) {
+        const auto v = item.cast<int64_t>();
+        if (v < 0) {
+          return BadArgument(std::string(name) + " holds a negative count (" +
+                             std::to_string(v) + ")");
+        }
+        out->push_back(static_cast<size_t>(v));
+      }
+    } catch (const py::error_already_set&) {
+      return BadArgument(std::string(name) + " must be a sequence of ints");
+    } catch (const py::cast_error&) {
+      return BadArgument(std::string(name) + " must be a sequence of ints");
+    }
+    return Status::Ok();
+  }
+
+  std::unique_ptr<Communicator> comm_;
+  std::atomic<bool> busy_{false};
+};
+
+std::vector<std::unique_ptr<PyComm>> CreateLocal(int n, const py::kwargs& kwargs) {
+  Result<CommOptions> options = LocalOptionsFromEnvironment(OptionsFrom(kwargs));
+  Check(options.status());
+  Result<std::vector<Communicator>> group = Status::Ok();
+  {
+    py::gil_scoped_release nogil;
+    group = CreateLocalGroup(n, *options);
+  }
+  Check(group.status());
+  std::vector<std::unique_ptr<PyComm>> out;
+  for (Communicator& comm : *group) out.push_back(std::make_unique<PyComm>(std::move(comm)));
+  return out;
+}
+
+std::unique_ptr<PyComm> Init(const py::kwargs& kwargs) {
+  Result<CommOptions> options = CommOptionsFromEnvironment(OptionsFrom(kwargs));
+  Check(options.status());
+  Result<Communicator> comm = Status::Ok();
+  {
+    py::gil_scoped_release nogil;
+    comm = Communicator::Create(*options);
+  }
+  Check(comm.status());
+  return std::make_unique<PyComm>(std::move(*comm));
+}
+
+std::unique_ptr<PyStore> OpenStoreAt(const std::string& url, const std::string& secret,
+                                     const py::object& connect_timeout) {
+  StoreOptions o;
+  o.secret = secret;
+  o.connect_timeout = Millis(connect_timeout, "connect_timeout");
+  Result<std::shared_ptr<Store>> store = Status::Ok();
+  {
+    py::gil_scoped_release nogil;
+    store = OpenStore(url, o);
+  }
+  Check(store.status());
+  return std::make_unique<PyStore>(*store);
+}
+
+// Keyword arguments common to the collectives.
+#define CHORUS_CALL_KW \
+  py::kw_only(), py::arg("timeout") = py::none(), py::arg("algorithm") = py::none(), \
+      py::arg("dtype") = py::none()
+
+}  // namespace
+}  // namespace chorus::python
+
+PYBIND11_MODULE(_chorus, m) {
+  using namespace chorus;
+  using namespace chorus::python;
+  m.doc() = "chorus collectives on numpy arrays (the C++ binding; import chorus instead)";
+
+  py::class_<PyStore>(m, "Store", "A key-value store where ranks meet (chorus/store.h).")
+      .def("set", &PyStore::Set, py::arg("key"), py::arg("value"), "Sets key to value (bytes).")
+      .def("get", &PyStore::Get, py::arg("key"), py::arg("timeout") = 30.0,
+           "The value of key, waiting up to timeout seconds for it to be set.")
+      .def("add", &PyStore::Add, py::arg("key"), py::arg("delta"),
+           "Adds delta to the integer at key (0 when absent); returns the new value.")
+      .def("wait", &PyStore::Wait, py::arg("keys"), py::arg("timeout") = 30.0,
+           "Waits up to timeout seconds until every key is set.")
+      .def("delete", &PyStore::Delete, py::arg("key"), "Removes key; True when it existed.")
+      .def_property_readonly("address", &PyStore::address);
+  m.def("hash_store", [] { return std::make_unique<PyStore>(MakeHashStore()); },
+        "An in-process store, for thread ranks.");
+  m.def("open_store", &OpenStoreAt, py::arg("url"), py::arg("secret") = "",
+        py::arg("connect_timeout") = 30.0,
+        "Opens tcp://host:port (proving secret) or file:///path.");
+
+  py::class_<PyComm>(m, "Communicator", "One rank of a group (chorus::Communicator).")
+      .def_property_readonly("rank", &PyComm::rank)
+      .def_property_readonly("size", &PyComm::size)
+      .def_property_readonly("transport", &PyComm::transport)
+      .def_property_readonly("closed", &PyComm::closed)
+      .def("all_reduce",
+           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.AllReduce(send, recv, op, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW)
+      .def("reduce_scatter",
+           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.ReduceScatter(send, recv, op, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW)
+      .def("all_gather",
+           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
+              const py::object& algorithm, const py::object& dtype) {
+             return c.AllGather(send, recv, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
+      .def("broadcast",
+           [](PyComm& c, const py::object& send, const py::object& recv, int root,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.Broadcast(send, recv, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("reduce",
+           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+              int root, const py::object& timeout, const py::object& algorithm,
+              const py::object& dtype) {
+             return c.Reduce(send, recv, op, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum",
+           py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("barrier",
+           [](PyComm& c, const py::object& timeout) {
+             c.Barrier({timeout, py::none(), py::none()});
+           },
+           py::kw_only(), py::arg("timeout") = py::none())
+      .def("gather",
+           [](PyComm& c, const py::object& send, const py::object& recv, int root,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.Gather(send, recv, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("scatter",
+           [](PyComm& c, const py::object& send, const py::object& recv, int root,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.Scatter(send, recv, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("all_to_all",
+           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
+              const py::object& algorithm, const py::object& dtype) {
+             return c.AllToAll(send, recv, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
+      .def("all_gather_v",
+           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+             return c.AllGatherV(send, counts, recv, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
+      .def("reduce_scatter_v",
+           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+              const py::object& op, const py::object& timeout, const py::object& algorithm,
+              const py::object& dtype) {
+             return c.ReduceScatterV(send, counts, recv, op, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(),
+           py::arg("op") = "sum", CHORUS_CALL_KW)
+      .def("all_to_all_v",
+           [](PyComm& c, const py::object& send, const py::object& send_counts,
+              const py::object& recv, const py::object& recv_counts, const py::object& timeout,
+              const py::object& algorithm, const py::object& dtype) {
+             return c.AllToAllV(send, send_counts, recv, recv_counts, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("send_counts"), py::arg("recv") = py::none(),
+           py::arg("recv_counts") = py::none(), CHORUS_CALL_KW)
+      .def("gather_v",
+           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+              int root, const py::object& timeout, const py::object& algorithm,
+              const py::object& dtype) {
+             return c.GatherV(send, counts, recv, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
+           py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("scatter_v",
+           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+              int root, const py::object& timeout, const py::object& algorithm,
+              const py::object& dtype) {
+             return c.ScatterV(send, counts, recv, root, {timeout, algorithm, dtype});
+           },
+           py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
+           py::arg("root") = 0, CHORUS_CALL_KW)
+      .def("reject_call", &PyComm::RejectCall, py::arg("collective"), py::arg("reason"))
+      .def("abort", &PyComm::Abort)
+      .def("health", &PyComm::Health)
+      .def("traffic", &PyComm::TrafficOf)
+      .def("reset_traffic", &PyComm::ResetTraffic)
+      .def("close", &PyComm::Close);
+
+  m.def("create_local_group", &CreateLocal, py::arg("n"));
+  m.def("init", &Init);
+}

@@ -1,0 +1,215 @@
+"""Every collective on thread ranks: every dtype, in place and out of place, exact values."""
+
+import numpy as np
+import pytest
+
+import chorus
+
+INT_TYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64]
+FLOAT_TYPES = [np.float16, np.float32, np.float64]
+ALL_TYPES = INT_TYPES + FLOAT_TYPES
+
+
+def values(rank, n, dtype):
+    """Small integers, exact in every type (int8 included: at most 4 ranks * 7 + 3 < 127)."""
+    return ((np.arange(n) % 7) + rank).astype(dtype)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_all_reduce_every_dtype_and_op(run_group, p):
+    n = 13
+
+    def body(comm):
+        for dtype in ALL_TYPES:
+            want_sum = sum(values(r, n, np.float64) for r in range(p))
+            send = values(comm.rank, n, dtype)
+            out = comm.all_reduce(send, np.zeros(n, dtype))
+            assert out.dtype == dtype and np.array_equal(out, want_sum.astype(dtype)), dtype
+            inplace = values(comm.rank, n, dtype)
+            assert comm.all_reduce(inplace) is not None
+            assert np.array_equal(inplace, want_sum.astype(dtype)), dtype
+            got_max = comm.all_reduce(values(comm.rank, n, dtype), op=chorus.ReduceOp.MAX)
+            assert np.array_equal(got_max, values(p - 1, n, dtype)), dtype
+            got_min = comm.all_reduce(values(comm.rank, n, dtype), op="min")
+            assert np.array_equal(got_min, values(0, n, dtype)), dtype
+        ones = np.full(5, 2.0, np.float64)
+        assert np.array_equal(comm.all_reduce(ones, op="prod"), np.full(5, 2.0 ** p))
+        avg = comm.all_reduce(np.full(4, comm.rank, np.int32), op="avg")
+        assert np.array_equal(avg, np.full(4, (p - 1) // 2, np.int32))
+        return comm.rank
+
+    assert run_group(p, body) == list(range(p))
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_reduce_scatter_and_all_gather(run_group, p):
+    def body(comm):
+        r = comm.rank
+        for dtype in ALL_TYPES:
+            send = values(r, 3 * p, dtype)
+            total = sum(values(q, 3 * p, np.float64) for q in range(p)).astype(dtype)
+            shard = comm.reduce_scatter(send)  # a new array of a p-th of axis 0
+            assert shard.shape == (3,) and np.array_equal(shard, total[3 * r:3 * r + 3])
+            out = np.zeros(3, dtype)
+            assert comm.reduce_scatter(send, out) is out
+            assert np.array_equal(out, shard)
+            gathered = comm.all_gather(np.full(3, r, dtype))
+            assert gathered.shape == (3 * p,)
+            assert np.array_equal(gathered, np.repeat(np.arange(p), 3).astype(dtype))
+            # In place: the rank's own block of recv is the send.
+            big = np.zeros(3 * p, dtype)
+            big[3 * r:3 * r + 3] = r + 1
+            comm.all_gather(big[3 * r:3 * r + 3], big)
+            assert np.array_equal(big, np.repeat(np.arange(1, p + 1), 3).astype(dtype))
+        # 2-D: axis 0 grows and shrinks, the rest stays.
+        rows = comm.all_gather(np.full((2, 3), r, np.float32))
+        assert rows.shape == (2 * p, 3) and rows[2 * r, 0] == r
+        part = comm.reduce_scatter(np.ones((p, 4), np.float32))
+        assert part.shape == (1, 4) and np.all(part == p)
+
+    run_group(p, body)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_rooted_and_all_to_all(run_group, p):
+    def body(comm):
+        r = comm.rank
+        root = p - 1
+        for dtype in (np.int32, np.float64, np.uint8):
+            buf = np.full(6, r + 10, dtype)
+            comm.broadcast(buf, root=root)
+            assert np.all(buf == root + 10)
+            out = np.zeros(6, dtype)
+            comm.broadcast(np.full(6, 7, dtype), out, root=0)
+            assert np.all(out == 7)
+            red = np.zeros(6, dtype)
+            comm.reduce(np.full(6, r + 1, dtype), red, op="sum", root=root)
+            if r == root:
+                assert np.all(red == p * (p + 1) // 2)
+            else:
+                assert np.all(red == 0)  # not written away from the root
+            g = comm.gather(np.full(2, r, dtype), root=0)
+            if r == 0:
+                assert np.array_equal(g, np.repeat(np.arange(p), 2).astype(dtype))
+            else:
+                assert g is None
+            recv = np.zeros(2, dtype)
+            send = np.repeat(np.arange(p), 2).astype(dtype) if r == root else None
+            comm.scatter(send, recv, root=root)
+            assert np.all(recv == r)
+            a2a = np.array([10 * r + q for q in range(p) for _ in range(2)], dtype)
+            got = comm.all_to_all(a2a, np.zeros_like(a2a))
+            assert np.array_equal(got, np.array([10 * q + r for q in range(p) for _ in range(2)],
+                                                dtype))
+            comm.all_to_all(a2a)  # in place
+            assert np.array_equal(a2a, got)
+        comm.barrier()
+
+    run_group(p, body)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4])
+def test_v_variants_with_zero_counts(run_group, p):
+    counts = [(q * 2) % 3 for q in range(p)]  # 0, 2, 1, 0: zeros included
+    total = sum(counts)
+
+    def body(comm):
+        r = comm.rank
+        mine = np.full(counts[r], r + 1, np.float32)
+        want = np.concatenate([np.full(c, q + 1, np.float32) for q, c in enumerate(counts)])
+        assert np.array_equal(comm.all_gather_v(mine, counts), want)
+        rs = comm.reduce_scatter_v(np.ones(total, np.int64), counts)
+        assert rs.shape == (counts[r],) and np.all(rs == p)
+        gv = comm.gather_v(mine, counts if r == 0 else None, root=0)
+        assert (gv is None) if r else np.array_equal(gv, want)
+        sv = np.zeros(counts[r], np.float32)
+        comm.scatter_v(want if r == 0 else None, counts if r == 0 else None, sv, root=0)
+        assert np.all(sv == r + 1)
+        # all-to-all-v: rank r sends q+1 elements of value 100r+q to rank q.
+        send_counts = [q + 1 for q in range(p)]
+        recv_counts = [r + 1] * p
+        send = np.concatenate([np.full(q + 1, 100 * r + q, np.int32) for q in range(p)])
+        got = comm.all_to_all_v(send, send_counts, recv_counts=recv_counts)
+        assert np.array_equal(got, np.concatenate([np.full(r + 1, 100 * q + r, np.int32)
+                                                   for q in range(p)]))
+
+    run_group(p, body)
+
+
+def test_bfloat16_as_uint16_and_float16(run_group):
+    one = np.uint16(0x3F80)  # bfloat16 1.0
+
+    def body(comm):
+        x = np.full(9, one, np.uint16)
+        comm.all_reduce(x, dtype="bfloat16")
+        assert np.all(x == {1: 0x3F80, 2: 0x4000, 3: 0x4040, 4: 0x4080}[comm.size])
+        h = comm.all_reduce(np.full(9, 0.5, np.float16), np.zeros(9, np.float16))
+        assert np.all(h == 0.5 * comm.size)
+
+    run_group(3, body)
+
+
+def test_ml_dtypes_bfloat16_when_present(run_group):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+
+    def body(comm):
+        x = np.full(4, 1.5, ml_dtypes.bfloat16)
+        comm.all_reduce(x)
+        assert np.all(x.astype(np.float32) == 1.5 * comm.size)
+
+    run_group(2, body)
+
+
+def test_the_gil_is_released_while_a_call_waits(run_group):
+    """Rank 1 enters 0.3 s late; meanwhile a plain Python thread keeps counting."""
+    import threading
+    import time
+
+    counted = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+
+    def body(comm):
+        if comm.rank == 1:
+            time.sleep(0.3)
+        start = counted[0]
+        comm.barrier()
+        return counted[0] - start
+
+    try:
+        progress = run_group(2, body)
+    finally:
+        stop.set()
+        counter.join()
+    assert progress[0] > 1000, progress  # rank 0 waited; the counter ran meanwhile
+
+
+def test_traffic_counters_match_the_ring_model(run_group):
+    def body(comm):
+        comm.reset_traffic()
+        comm.all_reduce(np.ones(8, np.float32), algorithm="ring")
+        t = comm.traffic()
+        return t["allreduce"]["bytes_sent"], t["allreduce"]["calls"], t["total"]["calls"]
+
+    assert run_group(4, body) == [(48, 1, 1)] * 4
+
+
+def test_stores(tmp_path):
+    store = chorus.hash_store()
+    store.set("a", b"1")
+    assert store.get("a") == b"1"
+    assert store.add("n", 5) == 5 and store.add("n", -2) == 3
+    assert store.delete("a") and not store.delete("a")
+    with pytest.raises(chorus.DeadlineExceededError):
+        store.get("missing", timeout=0.05)
+    url = f"file://{tmp_path}/store"
+    fs = chorus.open_store(url)
+    fs.set("k", b"v")
+    assert chorus.open_store(url).get("k") == b"v"
+    assert fs.address.startswith("file://")
