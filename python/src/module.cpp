@@ -520,6 +520,7 @@ class PyComm {
     comm_.reset();
   }
   bool closed() const { return comm_ == nullptr; }
+  bool in_call() const { return busy_.load(); }
 
  private:
   struct Busy {
@@ -735,6 +736,8 @@ PYBIND11_MODULE(_chorus, m) {
       .def_property_readonly("size", &PyComm::size)
       .def_property_readonly("transport", &PyComm::transport)
       .def_property_readonly("closed", &PyComm::closed)
+      .def_property_readonly("in_call", &PyComm::in_call,
+                             "True while a call runs on this communicator (on any thread).")
       .def("all_reduce",
            [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
               const py::object& timeout, const py::object& algorithm, const py::object& dtype) {

@@ -161,33 +161,23 @@ def test_ml_dtypes_bfloat16_when_present(run_group):
 
 
 def test_the_gil_is_released_while_a_call_waits(run_group):
-    """Rank 1 enters 0.3 s late; meanwhile a plain Python thread keeps counting."""
+    """Rank 1 starts its call only once rank 0 is on its way into its own. Were the GIL held
+    inside a call, whichever rank entered first would keep the other from running at all, and
+    the call would end at its deadline instead of completing."""
     import threading
-    import time
 
-    counted = [0]
-    stop = threading.Event()
-
-    def count():
-        while not stop.is_set():
-            counted[0] += 1
-
-    counter = threading.Thread(target=count)
-    counter.start()
+    entering = threading.Event()
 
     def body(comm):
-        if comm.rank == 1:
-            time.sleep(0.3)
-        start = counted[0]
-        comm.barrier()
-        return counted[0] - start
+        if comm.rank == 0:
+            entering.set()
+        else:
+            assert entering.wait(60)
+        for _ in range(100):
+            comm.barrier(timeout=60.0)
+        return comm.rank
 
-    try:
-        progress = run_group(2, body)
-    finally:
-        stop.set()
-        counter.join()
-    assert progress[0] > 1000, progress  # rank 0 waited; the counter ran meanwhile
+    assert run_group(2, body) == [0, 1]
 
 
 def test_traffic_counters_match_the_ring_model(run_group):

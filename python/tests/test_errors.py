@@ -131,7 +131,10 @@ def test_one_communicator_used_from_two_threads_at_once_is_refused():
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 60
+    while not comms[0].in_call:  # the waiter is inside its barrier
+        assert time.monotonic() < deadline, "the waiter never entered its call"
+        time.sleep(0.001)
     expect(chorus.InvalidArgumentError, "already in a call on another thread",
            lambda: comms[0].barrier())
     comms[1].barrier(timeout=5.0)
