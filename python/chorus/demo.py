@@ -1,8 +1,9 @@
 """The seed lesson (distributed-03) run on real chorus ranks from Python.
 
-    /usr/bin/python3 -m chorus.demo                  # 4 thread ranks in this process
+    /usr/bin/python3 -m chorus.demo                  # 4 processes forked from this one
     /usr/bin/python3 -m chorus.demo --plot out/      # and out/demo.json, panel1/2.png, table.png
-    chorus launch -n 4 /usr/bin/python3 -m chorus.demo   # 4 processes (shm ranks)
+    /usr/bin/python3 -m chorus.demo --threads        # 4 thread ranks in this process
+    chorus launch -n 4 /usr/bin/python3 -m chorus.demo   # the launcher's 4 processes
 
 Prints the seed's lines, each read from the run: the gradient reference (a data-parallel
 least-squares gradient, all-reduced and checked against float64), the local result shapes of
@@ -87,6 +88,11 @@ class Lesson:
         self.reduced = np.zeros(count, np.float32)
         self.shard = np.zeros(count // self.size, np.float32)
         self.gathered = np.zeros(count, np.float32)
+
+    def __getstate__(self):  # rank 0's lesson travels back from its process, its comm does not
+        state = dict(self.__dict__)
+        state["comm"] = None
+        return state
 
     def say(self, line: str) -> None:
         if self.rank == 0:
@@ -265,12 +271,57 @@ def launched() -> bool:
     return any(os.environ.get(v) for v in LAUNCHER_VARIABLES)
 
 
+def lesson_in_processes(ranks: int, run, timeout: float):
+    """run(comm) on `ranks` processes forked from this one, shm ranks meeting through a file
+    store in a fresh directory; returns rank 0's result (sent back through a pipe). Python's
+    thread ranks take turns on the GIL between calls, process ranks do not."""
+    import multiprocessing
+    import pickle
+    import tempfile
+    import uuid
+
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="chorus-demo-") as tmp:
+        url, job = f"file://{tmp}/store", uuid.uuid4().hex
+        reader, writer = ctx.Pipe(duplex=False)
+
+        def rank_main(rank: int) -> None:
+            code = 0
+            try:
+                comm = chorus.init(rank=rank, size=ranks, store_url=url, job_id=job,
+                                   transport="shm", timeout=timeout)
+                result = run(comm)
+                comm.close()
+                if rank == 0:
+                    writer.send_bytes(pickle.dumps(result))
+            except BaseException as e:  # noqa: BLE001 - reported, then this rank fails
+                print(f"chorus.demo: rank {rank}: {type(e).__name__}: {e}", file=sys.stderr)
+                code = 1
+            sys.stdout.flush()
+            os._exit(code)
+
+        children = [ctx.Process(target=rank_main, args=(r,)) for r in range(ranks)]
+        for child in children:
+            child.start()
+        writer.close()
+        try:
+            result = pickle.loads(reader.recv_bytes())
+        except EOFError:
+            result = None
+        for child in children:
+            child.join()
+        failed = [r for r, child in enumerate(children) if child.exitcode != 0]
+        if failed or result is None:
+            raise chorus.Error(f"ranks {failed} of the demo's {ranks} processes failed")
+        return result
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m chorus.demo",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", "--ranks", type=int, default=4,
-                        help="thread ranks in this process (default 4); under a launcher the "
-                             "job's ranks instead")
+                        help="ranks (default 4): processes forked from this one, or threads "
+                             "with --threads; under a launcher the job's ranks instead")
     parser.add_argument("--count", type=int, default=8,
                         help="elements per buffer, a multiple of the ranks (default 8)")
     parser.add_argument("--reps", type=int, default=2000, help="timed calls per collective")
@@ -279,7 +330,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="write DIR/demo.json and DIR/panel1.png, panel2.png, table.png")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
     parser.add_argument("--threads", action="store_true",
-                        help="thread ranks even when a launcher's variables are set")
+                        help="thread ranks in this process (also under a launcher)")
     args = parser.parse_args(argv)
     if args.reps < 1 or args.count < 1:
         parser.error("--reps and --count must be positive")
@@ -296,12 +347,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         comm = chorus.init(timeout=args.timeout)
         lesson, transport = lesson_on(comm), comm.transport
         comm.close()
+        if lesson.rank != 0:
+            return 0
     else:
         if args.count % args.ranks != 0:
             parser.error(f"--count ({args.count}) must be a multiple of --ranks ({args.ranks})")
-        lesson, transport = chorus.local_group(args.ranks, lesson_on)[0], "thread"
-    if lesson.rank != 0:
-        return 0
+        if args.threads:
+            lesson, transport = chorus.local_group(args.ranks, lesson_on)[0], "thread"
+        else:
+            lesson, transport = lesson_in_processes(args.ranks, lesson_on, args.timeout), "shm"
     table = ownership_table()
     print_table(table, lesson.lines)
     record = make_record(lesson, table, transport, args.reps)
