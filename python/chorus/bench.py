@@ -3,8 +3,10 @@
     /usr/bin/python3 -m chorus.bench -n 2 --ops allreduce --sizes 32,1M,64M     # thread ranks
     chorus launch -n 2 /usr/bin/python3 -m chorus.bench --ops allreduce --csv   # process ranks
 
-Each timed call starts together on every rank (a barrier first) and takes as long as its
-slowest rank; a size's time is the median of its calls. --csv prints the columns of
+Each timed call starts together on every rank (two one-element all-reduces first, as
+`chorus bench` starts its calls) and takes as long as its slowest rank; a size's time is the
+median of its calls. The calls pass no per-call options (the communicator has the timeout), as
+a training loop calls. --csv prints the columns of
 `chorus bench --csv` (lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,busbw_GBs, out of
 place, count and bytes of the total buffer), so the cost of the Python layer is the ratio of
 two rows measured in one run.
@@ -45,24 +47,36 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-def call_of(comm: chorus.Communicator, op: str, send: np.ndarray, recv: np.ndarray,
-            timeout: float) -> Callable[[], object]:
+def aligned(n: int, dtype: np.dtype, fill: int) -> np.ndarray:
+    """n elements starting on a 4 KiB boundary, as chorus bench's buffers do (numpy's large
+    arrays start 16 bytes into a page, across cache lines from the library's blocks)."""
+    if os.environ.get("CHORUS_BENCH_NUMPY_ALIGNMENT") == "1":  # numpy's own placement
+        return np.full(n, fill, dtype)
+    raw = np.empty(n * dtype.itemsize + 4096, np.uint8)
+    start = (-raw.ctypes.data) % 4096
+    array = raw[start:start + n * dtype.itemsize].view(dtype)
+    array[:] = fill
+    return array
+
+
+def call_of(comm: chorus.Communicator, op: str, send: np.ndarray,
+            recv: np.ndarray) -> Callable[[], object]:
     """The timed call, with every argument bound."""
     if op == "allreduce":
-        return lambda: comm.all_reduce(send, recv, "sum", timeout=timeout)
+        return lambda: comm.all_reduce(send, recv, "sum")
     if op == "reducescatter":
-        return lambda: comm.reduce_scatter(send, recv, "sum", timeout=timeout)
+        return lambda: comm.reduce_scatter(send, recv, "sum")
     if op == "allgather":
-        return lambda: comm.all_gather(send, recv, timeout=timeout)
+        return lambda: comm.all_gather(send, recv)
     if op == "broadcast":
-        return lambda: comm.broadcast(send, recv, 0, timeout=timeout)
+        return lambda: comm.broadcast(send, recv, 0)
     if op == "reduce":
-        return lambda: comm.reduce(send, recv, "sum", 0, timeout=timeout)
+        return lambda: comm.reduce(send, recv, "sum", 0)
     if op == "alltoall":
-        return lambda: comm.all_to_all(send, recv, timeout=timeout)
+        return lambda: comm.all_to_all(send, recv)
     if op == "gather":
-        return lambda: comm.gather(send, recv, 0, timeout=timeout)
-    return lambda: comm.scatter(send, recv, 0, timeout=timeout)
+        return lambda: comm.gather(send, recv, 0)
+    return lambda: comm.scatter(send, recv, 0)
 
 
 def bench_rank(comm: chorus.Communicator, args) -> List[str]:
@@ -84,9 +98,10 @@ def bench_rank(comm: chorus.Communicator, args) -> List[str]:
         for size in args.sizes:
             n = max(p, size // dtype.itemsize // p * p)  # whole blocks of every rank
             send_n, recv_n = counts(n, p)
-            send = np.ones(send_n, dtype)
-            recv = np.zeros(recv_n, dtype)
-            call = call_of(comm, op, send, recv, args.timeout)
+            send = aligned(send_n, dtype, 1)
+            recv = aligned(recv_n, dtype, 0)
+            call = call_of(comm, op, send, recv)
+            token = np.zeros(1, np.uint32)
             for _ in range(args.warmup):
                 call()
             times: List[float] = []
@@ -94,7 +109,8 @@ def bench_rank(comm: chorus.Communicator, args) -> List[str]:
             def timed(k: int) -> float:
                 begin = time.perf_counter()
                 for _ in range(k):
-                    comm.barrier(timeout=args.timeout)
+                    comm.all_reduce(token)  # start together
+                    comm.all_reduce(token)
                     start = time.perf_counter()
                     call()
                     times.append(time.perf_counter() - start)
@@ -107,7 +123,7 @@ def bench_rank(comm: chorus.Communicator, args) -> List[str]:
                 iters = int(min(10000, max(20, args.min_seconds / max(per_call, 1e-9))))
                 iters -= 5
             timed(iters)
-            slowest = comm.all_reduce(np.array(times) * 1e6, op="max", timeout=args.timeout)
+            slowest = comm.all_reduce(np.array(times) * 1e6, op="max")
             if comm.rank != 0:
                 continue
             median, low, mean = (float(np.median(slowest)), float(np.min(slowest)),
@@ -163,7 +179,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         lines = bench_rank(comm, args)
         comm.close()
     else:
-        lines = chorus.local_group(args.ranks, lambda comm: bench_rank(comm, args))[0]
+        lines = chorus.local_group(args.ranks, lambda comm: bench_rank(comm, args),
+                                   timeout=args.timeout)[0]
     for line in lines:
         print(line)
     sys.stdout.flush()

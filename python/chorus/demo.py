@@ -108,7 +108,9 @@ class Lesson:
                                     timeout=self.timeout)
 
     def run_kind(self, kind: str, algorithm: Optional[str] = None) -> None:
-        kw = {"timeout": self.timeout, "algorithm": algorithm}
+        # No per-call options when timed (the communicator has the timeout): as a training
+        # loop calls.
+        kw = {"algorithm": algorithm} if algorithm else {}
         if kind == "all_reduce":
             self.comm.all_reduce(self.input, self.reduced, "sum", **kw)
         elif kind == "reduce_scatter":
@@ -167,10 +169,13 @@ class Lesson:
 
     def latencies(self) -> None:
         medians = {}
+        token = np.zeros(1, np.uint32)
         for name in KINDS:
             times = np.zeros(self.reps, np.float64)
             for i in range(-WARMUP_REPS, self.reps):
-                self.comm.barrier(timeout=self.timeout)
+                # Start together, as chorus demo and chorus bench do: two tiny all-reduces.
+                self.comm.all_reduce(token)
+                self.comm.all_reduce(token)
                 start = time.perf_counter()
                 self.run_kind(name)
                 took = time.perf_counter() - start
@@ -353,7 +358,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.count % args.ranks != 0:
             parser.error(f"--count ({args.count}) must be a multiple of --ranks ({args.ranks})")
         if args.threads:
-            lesson, transport = chorus.local_group(args.ranks, lesson_on)[0], "thread"
+            lesson = chorus.local_group(args.ranks, lesson_on, timeout=args.timeout)[0]
+            transport = "thread"
         else:
             lesson, transport = lesson_in_processes(args.ranks, lesson_on, args.timeout), "shm"
     table = ownership_table()

@@ -63,7 +63,9 @@ Status BadArgument(const std::string& what) { return InvalidArgument(what); }
 
 std::chrono::milliseconds Millis(const py::handle& seconds, const char* name) {
   double s = 0;
-  if (py::hasattr(seconds, "total_seconds")) {  // datetime.timedelta
+  if (PyFloat_Check(seconds.ptr()) || PyLong_Check(seconds.ptr())) {
+    s = seconds.cast<double>();
+  } else if (py::hasattr(seconds, "total_seconds")) {  // datetime.timedelta
     s = seconds.attr("total_seconds")().cast<double>();
   } else {
     s = seconds.cast<double>();
@@ -200,7 +202,10 @@ CommOptions OptionsFrom(const py::kwargs& kwargs) {
 
 // An array's memory as the library sees it, or why it cannot be used.
 struct Array {
-  py::array array;  // keeps the memory alive for the call
+  // Keeps the memory alive for the call. A py::object, not a py::array: a default py::array is
+  // a new empty numpy array, two of them a call.
+  py::object array;
+  py::array view() const { return py::reinterpret_borrow<py::array>(array); }
   void* data = nullptr;
   size_t count = 0;
   DataType dtype = DataType::kFloat32;
@@ -600,10 +605,11 @@ class PyComm {
     const std::optional<DataType> as = Override(kw, &refused);
     if (!refused.ok()) return refused;
     CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
-    std::vector<py::ssize_t> shape(s->array.shape(), s->array.shape() + s->array.ndim());
+    const py::array sent = s->view();
+    std::vector<py::ssize_t> shape(sent.shape(), sent.shape() + sent.ndim());
     if (shape.empty()) shape.push_back(1);
     shape[0] *= size();
-    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
   }
 
   // A missing recv is made: send's shape with axis 0 p times shorter; axis 0 must divide.
@@ -614,7 +620,8 @@ class PyComm {
     const std::optional<DataType> as = Override(kw, &refused);
     if (!refused.ok()) return refused;
     CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
-    std::vector<py::ssize_t> shape(s->array.shape(), s->array.shape() + s->array.ndim());
+    const py::array sent = s->view();
+    std::vector<py::ssize_t> shape(sent.shape(), sent.shape() + sent.ndim());
     const auto p = static_cast<py::ssize_t>(size());
     if (shape.empty() || shape[0] % p != 0) {
       return BadArgument("send's first axis (" +
@@ -624,7 +631,7 @@ class PyComm {
                          "): pass recv, or a send whose first axis divides");
     }
     shape[0] /= p;
-    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
   }
 
   // A v-variant's output: recv, or a new 1-D array of `elements`.
@@ -636,7 +643,7 @@ class PyComm {
     if (!refused.ok()) return refused;
     CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
     const std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(elements)};
-    return ToArray(py::array(s->array.dtype(), shape), "recv", true, as, r);
+    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
   }
 
   static Status Counts(const py::object& counts, const char* name, std::vector<size_t>* out) {
