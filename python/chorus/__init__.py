@@ -97,15 +97,26 @@ def local_group(n: int, fn: Callable[[Communicator], T], **options: Any) -> List
             with lock:
                 raised.append((r, e))
                 if len(raised) == 1:
-                    for c in comms:
-                        if not c.closed:
-                            c.abort()
+                    abort_all()
+
+    def abort_all() -> None:
+        for c in comms:
+            try:
+                c.abort()
+            except ValueError:  # fn closed it itself
+                pass
 
     threads = [threading.Thread(target=run, args=(r,), name=f"chorus-rank-{r}") for r in range(n)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:  # Ctrl-C: stop the ranks instead of leaving them to their deadlines
+        abort_all()
+        for t in threads:
+            t.join()
+        raise
     for c in comms:
         c.close()
     if raised:

@@ -3,8 +3,9 @@
 Every error carries the code's name (``code``), its number in chorus/status.h (``code_value``),
 the message, and ``usable``: whether the communicator the call ran on can still be used. That
 follows from the code alone: after an :class:`InvalidArgumentError` from a collective every rank
-abandoned the call and the communicator is usable; after any other error it is failed and every
-later call raises the same error (recreate it).
+abandoned the call and the communicator is usable (one refused because another thread's call
+runs leaves that call running); after any other error it is failed and every later call raises
+the same error (recreate it).
 
 :class:`InvalidArgumentError` is also a :class:`ValueError`, so code that catches bad arguments
 the Python way keeps working.

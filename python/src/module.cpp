@@ -13,10 +13,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,20 +63,35 @@ Status BadArgument(const std::string& what) { return InvalidArgument(what); }
 
 // ------------------------------------------------------------------------------ options
 
-std::chrono::milliseconds Millis(const py::handle& seconds, const char* name) {
+// Seconds (a float, an int or a datetime.timedelta) as milliseconds, or why not.
+Status ToMillis(const py::handle& seconds, const char* name, std::chrono::milliseconds* out) {
   double s = 0;
   if (PyFloat_Check(seconds.ptr()) || PyLong_Check(seconds.ptr())) {
-    s = seconds.cast<double>();
+    s = PyFloat_AsDouble(seconds.ptr());
   } else if (py::hasattr(seconds, "total_seconds")) {  // datetime.timedelta
-    s = seconds.attr("total_seconds")().cast<double>();
+    s = PyFloat_AsDouble(seconds.attr("total_seconds")().ptr());
   } else {
-    s = seconds.cast<double>();
+    return BadArgument(std::string(name) +
+                       " must be seconds (a number or a datetime.timedelta), "
+                       "not " +
+                       std::string(py::str(seconds.get_type().attr("__name__"))));
+  }
+  if (PyErr_Occurred()) {  // an int too large for a double
+    PyErr_Clear();
+    s = -1;
   }
   if (!(s > 0) || !std::isfinite(s) || s > 1e9) {
-    Check(BadArgument(std::string(name) + " (" + std::to_string(s) +
-                      " s) must be positive and finite"));
+    return BadArgument(std::string(name) + " (" + std::to_string(s) +
+                       " s) must be positive and finite");
   }
-  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(s * 1000.0)));
+  *out = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(s * 1000.0)));
+  return Status::Ok();
+}
+
+std::chrono::milliseconds Millis(const py::handle& seconds, const char* name) {
+  std::chrono::milliseconds ms{0};
+  Check(ToMillis(seconds, name, &ms));
+  return ms;
 }
 
 template <typename Enum, int N>
@@ -159,8 +176,8 @@ CommOptions OptionsFrom(const py::kwargs& kwargs) {
     } else if (key == "pipeline_depth") {
       o.pipeline_depth = value.cast<int>();
     } else if (key == "transport") {
-      o.transport = ParseName<TransportKind, 5>(value.cast<std::string>(), &TransportKindName,
-                                                "transport");
+      o.transport =
+          ParseName<TransportKind, 5>(value.cast<std::string>(), &TransportKindName, "transport");
     } else if (key == "algorithm") {
       o.algorithm = value.cast<std::string>();
     } else if (key == "wait") {
@@ -252,24 +269,42 @@ Status ToArray(const py::handle& object, const char* name, bool writable,
   if (!(a.flags() & py::array::c_style)) {
     return BadArgument(std::string(name) +
                        " is not C-contiguous (a strided view or a transpose): pass "
-                       "numpy.ascontiguousarray(" + name + ")");
+                       "numpy.ascontiguousarray(" +
+                       name + ")");
   }
   if (writable && !a.writeable()) {
     return BadArgument(std::string(name) + " is read-only, and this call writes into it");
   }
+  // numpy's NPY_ARRAY_ALIGNED: the kernels read whole elements at their natural alignment.
+  constexpr int kAligned = 0x0100;
+  if (!(a.flags() & kAligned)) {
+    return BadArgument(std::string(name) + " is not aligned to its element size: pass a copy");
+  }
   const py::dtype dt = a.dtype();
+  const char order = py::detail::array_descriptor_proxy(dt.ptr())->byteorder;
+  if (order == '>') {  // this build runs little-endian only (x86-64)
+    return BadArgument(std::string(name) + " is big-endian: pass " + name + ".astype(" + name +
+                       ".dtype.newbyteorder('='))");
+  }
   std::optional<DataType> dtype = as;
   if (dtype) {
+    // Numbers of another type of the same width only (a uint16 array read as bfloat16): never
+    // an array of Python objects, whose pointers must not be summed.
+    const char kind = dt.kind();
+    if (kind != 'i' && kind != 'u' && kind != 'f' && !DataTypeOf(dt)) {
+      return BadArgument(std::string(name) + " has dtype " + std::string(py::str(dt.attr("name"))) +
+                         ", which dtype=" + std::string(DataTypeName(*dtype)) +
+                         " cannot reinterpret");
+    }
     if (static_cast<size_t>(dt.itemsize()) != DataTypeSize(*dtype)) {
       return BadArgument(std::string(name) + " has " + std::to_string(dt.itemsize()) +
-                         "-byte elements; dtype=" + std::string(DataTypeName(*dtype)) +
-                         " needs " + std::to_string(DataTypeSize(*dtype)));
+                         "-byte elements; dtype=" + std::string(DataTypeName(*dtype)) + " needs " +
+                         std::to_string(DataTypeSize(*dtype)));
     }
   } else {
     dtype = DataTypeOf(dt);
     if (!dtype) {
-      return BadArgument(std::string(name) + " has dtype " +
-                         std::string(py::str(dt.attr("name"))) +
+      return BadArgument(std::string(name) + " has dtype " + std::string(py::str(dt.attr("name"))) +
                          ", which chorus has no type for (int8, uint8, int32, uint32, int64, "
                          "uint64, float16, bfloat16, float32, float64; a uint16 array is "
                          "read as bfloat16 with dtype=\"bfloat16\")");
@@ -284,13 +319,15 @@ Status ToArray(const py::handle& object, const char* name, bool writable,
 
 // ------------------------------------------------------------------------------ communicator
 
-CollectiveKind KindOf(std::string_view name) {
+// A collective by its C++ name ("allreduce") or its method's ("all_reduce").
+std::optional<CollectiveKind> KindOf(std::string name) {
+  std::erase(name, '_');
   for (int i = 0; i < kNumCollectiveKinds; ++i) {
     if (CollectiveKindName(static_cast<CollectiveKind>(i)) == name) {
       return static_cast<CollectiveKind>(i);
     }
   }
-  return CollectiveKind::kAllReduce;
+  return std::nullopt;
 }
 
 py::dict TrafficDict(const Traffic& t) {
@@ -301,11 +338,27 @@ py::dict TrafficDict(const Traffic& t) {
   return d;
 }
 
-// The keyword options every collective takes.
+// The keyword options every collective takes, and a refusal found while reading them.
 struct CallKw {
   py::object timeout;
   py::object algorithm;
   py::object dtype;
+  Status bad;
+
+  // The root rank argument: an int (numpy's too), else a refusal and 0.
+  int Root(const py::handle& root) {
+    if (PyLong_Check(root.ptr()) || PyIndex_Check(root.ptr())) {
+      const long long r =
+          PyLong_AsLongLong(py::reinterpret_steal<py::object>(PyNumber_Index(root.ptr())).ptr());
+      if (!PyErr_Occurred() && r >= std::numeric_limits<int>::min() &&
+          r <= std::numeric_limits<int>::max()) {
+        return static_cast<int>(r);
+      }
+      PyErr_Clear();
+    }
+    if (bad.ok()) bad = BadArgument("root must be an int rank, not " + std::string(py::str(root)));
+    return 0;
+  }
 };
 
 class PyComm {
@@ -318,10 +371,25 @@ class PyComm {
 
   // A collective: validates what the library cannot, then runs `fn(options)` without the GIL.
   // Marks the communicator busy for the call: it belongs to one thread at a time.
+  // Every refusal goes through RejectCall, so that the peers fail the same call at once.
   template <typename Fn>
-  void Call(CollectiveKind kind, const CallKw& kw, const Status& refused, Fn&& fn) {
+  void Call(CollectiveKind kind, const CallKw& kw, Status refused, Fn&& fn) {
     Communicator& comm = Live();
     Busy busy(this);
+    if (refused.ok()) refused = kw.bad;
+    CallOptions options;
+    if (refused.ok() && !kw.timeout.is_none()) {
+      std::chrono::milliseconds ms{0};
+      refused = ToMillis(kw.timeout, "timeout", &ms);
+      options.timeout = ms;
+    }
+    if (refused.ok() && !kw.algorithm.is_none()) {
+      if (py::isinstance<py::str>(kw.algorithm)) {
+        options.algorithm = kw.algorithm.cast<std::string>();
+      } else {
+        refused = BadArgument("algorithm must be a str");
+      }
+    }
     if (!refused.ok()) {
       Status s;
       {
@@ -330,9 +398,6 @@ class PyComm {
       }
       RaiseCall(s);
     }
-    CallOptions options;
-    if (!kw.timeout.is_none()) options.timeout = Millis(kw.timeout, "timeout");
-    if (!kw.algorithm.is_none()) options.algorithm = kw.algorithm.cast<std::string>();
     Status s;
     {
       py::gil_scoped_release nogil;
@@ -346,12 +411,11 @@ class PyComm {
                        const CallKw& kw) {
     return Reducing(CollectiveKind::kAllReduce, send, recv, op, kw, -1);
   }
-  py::object Reduce(const py::object& send, const py::object& recv, const py::object& op,
-                    int root, const CallKw& kw) {
+  py::object Reduce(const py::object& send, const py::object& recv, const py::object& op, int root,
+                    const CallKw& kw) {
     return Reducing(CollectiveKind::kReduce, send, recv, op, kw, root);
   }
-  py::object Broadcast(const py::object& send, const py::object& recv, int root,
-                       const CallKw& kw) {
+  py::object Broadcast(const py::object& send, const py::object& recv, int root, const CallKw& kw) {
     // Only the root's send is read; elsewhere recv alone matters (send may be recv or None).
     const bool at_root = rank() == root;
     const py::object& out = recv.is_none() ? send : recv;
@@ -386,7 +450,8 @@ class PyComm {
   py::object Gather(const py::object& send, const py::object& recv, int root, const CallKw& kw) {
     Array s, r;
     const bool at_root = rank() == root;
-    Status refused = at_root ? Growing(send, recv, kw, &s, &r) : Buffers(send, send, kw, &s, &r, false);
+    Status refused =
+        at_root ? Growing(send, recv, kw, &s, &r) : Buffers(send, send, kw, &s, &r, false);
     Call(CollectiveKind::kGather, kw, refused, [&](Communicator& c, const CallOptions& o) {
       return c.Gather({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, root, o);
     });
@@ -439,11 +504,9 @@ class PyComm {
       refused = VariedOut(send, recv, kw, static_cast<size_t>(me) < n.size() ? n[me] : 0, &s, &r);
     }
     if (refused.ok()) refused = OpOf(op, &rop);
-    Call(CollectiveKind::kReduceScatterV, kw, refused,
-         [&](Communicator& c, const CallOptions& o) {
-           return c.ReduceScatterV({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, n,
-                                   rop, o);
-         });
+    Call(CollectiveKind::kReduceScatterV, kw, refused, [&](Communicator& c, const CallOptions& o) {
+      return c.ReduceScatterV({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, n, rop, o);
+    });
     return r.array;
   }
   py::object AllToAllV(const py::object& send, const py::object& send_counts,
@@ -480,10 +543,11 @@ class PyComm {
     Array s, r;
     std::vector<size_t> n;
     const bool at_root = rank() == root;
-    Status refused = recv.is_none() ? BadArgument("recv is required (every rank's output)")
-                                    : Status::Ok();
+    Status refused =
+        recv.is_none() ? BadArgument("recv is required (every rank's output)") : Status::Ok();
     if (refused.ok() && at_root) refused = Counts(counts, "counts", &n);
-    if (refused.ok()) refused = at_root ? Buffers(send, recv, kw, &s, &r) : Buffers(recv, recv, kw, &s, &r);
+    if (refused.ok())
+      refused = at_root ? Buffers(send, recv, kw, &s, &r) : Buffers(recv, recv, kw, &s, &r);
     Call(CollectiveKind::kScatterV, kw, refused, [&](Communicator& c, const CallOptions& o) {
       return c.ScatterV({s.data, s.count, s.dtype}, n, {r.data, r.count, r.dtype}, root, o);
     });
@@ -491,26 +555,33 @@ class PyComm {
   }
 
   void RejectCall(const std::string& collective, const std::string& reason) {
+    const std::optional<CollectiveKind> kind = KindOf(collective);
+    if (!kind) throw py::value_error("reject_call: no collective is called '" + collective + "'");
     Communicator& comm = Live();
     Busy busy(this);
     Status s;
     {
       py::gil_scoped_release nogil;
-      s = comm.RejectCall(KindOf(collective), reason);
+      s = comm.RejectCall(*kind, reason);
     }
     RaiseCall(s);
   }
 
   void Abort() { Live().Abort(); }
-  // None when healthy, else the error a call would raise (not raised).
+  // None when healthy, else the error a call would raise (not raised). Like the counters, not
+  // while another thread runs a call: the communicator belongs to one thread at a time.
   py::object Health() {
-    const Status s = Live().health();
+    Communicator& comm = Live();
+    Busy busy(this);
+    const Status s = comm.health();
     if (s.ok()) return py::none();
     py::object cls = ErrorClasses()[py::int_(static_cast<int>(s.code()))];
     return cls(s.message(), false);
   }
   py::dict TrafficOf() {
-    const TrafficCounters t = Live().traffic();
+    Communicator& comm = Live();
+    Busy busy(this);
+    const TrafficCounters t = comm.traffic();
     py::dict d;
     for (int i = 0; i < kNumCollectiveKinds; ++i) {
       d[py::str(std::string(CollectiveKindName(static_cast<CollectiveKind>(i))))] =
@@ -519,9 +590,14 @@ class PyComm {
     d["total"] = TrafficDict(t.total);
     return d;
   }
-  void ResetTraffic() { Live().ResetTraffic(); }
+  void ResetTraffic() {
+    Communicator& comm = Live();
+    Busy busy(this);
+    comm.ResetTraffic();
+  }
   void Close() {
-    if (busy_.load()) throw py::value_error("close: the communicator is in a call on another thread");
+    if (busy_.load())
+      throw py::value_error("close: the communicator is in a call on another thread");
     comm_.reset();
   }
   bool closed() const { return comm_ == nullptr; }
@@ -572,8 +648,8 @@ class PyComm {
   }
 
   // send read-only, recv written (when `recv_written`).
-  static Status Buffers(const py::object& send, const py::object& recv, const CallKw& kw,
-                        Array* s, Array* r, bool recv_written = true) {
+  static Status Buffers(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
+                        Array* r, bool recv_written = true) {
     Status refused;
     const std::optional<DataType> as = Override(kw, &refused);
     if (!refused.ok()) return refused;
@@ -624,11 +700,11 @@ class PyComm {
     std::vector<py::ssize_t> shape(sent.shape(), sent.shape() + sent.ndim());
     const auto p = static_cast<py::ssize_t>(size());
     if (shape.empty() || shape[0] % p != 0) {
-      return BadArgument("send's first axis (" +
-                         (shape.empty() ? std::string("none: a 0-d array")
-                                        : std::to_string(shape[0])) +
-                         ") is not a multiple of size (" + std::to_string(p) +
-                         "): pass recv, or a send whose first axis divides");
+      return BadArgument(
+          "send's first axis (" +
+          (shape.empty() ? std::string("none: a 0-d array") : std::to_string(shape[0])) +
+          ") is not a multiple of size (" + std::to_string(p) +
+          "): pass recv, or a send whose first axis divides");
     }
     shape[0] /= p;
     return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
@@ -652,8 +728,8 @@ class PyComm {
       for (const py::handle item : py::iter(counts)) {
         const auto v = item.cast<int64_t>();
         if (v < 0) {
-          return BadArgument(std::string(name) + " holds a negative count (" +
-                             std::to_string(v) + ")");
+          return BadArgument(std::string(name) + " holds a negative count (" + std::to_string(v) +
+                             ")");
         }
         out->push_back(static_cast<size_t>(v));
       }
@@ -710,9 +786,9 @@ std::unique_ptr<PyStore> OpenStoreAt(const std::string& url, const std::string& 
 }
 
 // Keyword arguments common to the collectives.
-#define CHORUS_CALL_KW \
+#define CHORUS_CALL_KW                                                               \
   py::kw_only(), py::arg("timeout") = py::none(), py::arg("algorithm") = py::none(), \
-      py::arg("dtype") = py::none()
+                 py::arg("dtype") = py::none()
 
 }  // namespace
 }  // namespace chorus::python
@@ -721,6 +797,7 @@ PYBIND11_MODULE(_chorus, m) {
   using namespace chorus;
   using namespace chorus::python;
   m.doc() = "chorus collectives on numpy arrays (the C++ binding; import chorus instead)";
+  ErrorClasses();  // chorus/__init__.py imported chorus.errors first: look the classes up now
 
   py::class_<PyStore>(m, "Store", "A key-value store where ranks meet (chorus/store.h).")
       .def("set", &PyStore::Set, py::arg("key"), py::arg("value"), "Sets key to value (bytes).")
@@ -732,8 +809,9 @@ PYBIND11_MODULE(_chorus, m) {
            "Waits up to timeout seconds until every key is set.")
       .def("delete", &PyStore::Delete, py::arg("key"), "Removes key; True when it existed.")
       .def_property_readonly("address", &PyStore::address);
-  m.def("hash_store", [] { return std::make_unique<PyStore>(MakeHashStore()); },
-        "An in-process store, for thread ranks.");
+  m.def(
+      "hash_store", [] { return std::make_unique<PyStore>(MakeHashStore()); },
+      "An in-process store, for thread ranks.");
   m.def("open_store", &OpenStoreAt, py::arg("url"), py::arg("secret") = "",
         py::arg("connect_timeout") = 30.0,
         "Opens tcp://host:port (proving secret) or file:///path.");
@@ -745,106 +823,194 @@ PYBIND11_MODULE(_chorus, m) {
       .def_property_readonly("closed", &PyComm::closed)
       .def_property_readonly("in_call", &PyComm::in_call,
                              "True while a call runs on this communicator (on any thread).")
-      .def("all_reduce",
-           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.AllReduce(send, recv, op, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW)
-      .def("reduce_scatter",
-           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.ReduceScatter(send, recv, op, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW)
-      .def("all_gather",
-           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
-              const py::object& algorithm, const py::object& dtype) {
-             return c.AllGather(send, recv, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
-      .def("broadcast",
-           [](PyComm& c, const py::object& send, const py::object& recv, int root,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.Broadcast(send, recv, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("reduce",
-           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
-              int root, const py::object& timeout, const py::object& algorithm,
-              const py::object& dtype) {
-             return c.Reduce(send, recv, op, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum",
-           py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("barrier",
-           [](PyComm& c, const py::object& timeout) {
-             c.Barrier({timeout, py::none(), py::none()});
-           },
-           py::kw_only(), py::arg("timeout") = py::none())
-      .def("gather",
-           [](PyComm& c, const py::object& send, const py::object& recv, int root,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.Gather(send, recv, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("scatter",
-           [](PyComm& c, const py::object& send, const py::object& recv, int root,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.Scatter(send, recv, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("all_to_all",
-           [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
-              const py::object& algorithm, const py::object& dtype) {
-             return c.AllToAll(send, recv, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
-      .def("all_gather_v",
-           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
-              const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
-             return c.AllGatherV(send, counts, recv, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(), CHORUS_CALL_KW)
-      .def("reduce_scatter_v",
-           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
-              const py::object& op, const py::object& timeout, const py::object& algorithm,
-              const py::object& dtype) {
-             return c.ReduceScatterV(send, counts, recv, op, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(),
-           py::arg("op") = "sum", CHORUS_CALL_KW)
-      .def("all_to_all_v",
-           [](PyComm& c, const py::object& send, const py::object& send_counts,
-              const py::object& recv, const py::object& recv_counts, const py::object& timeout,
-              const py::object& algorithm, const py::object& dtype) {
-             return c.AllToAllV(send, send_counts, recv, recv_counts, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("send_counts"), py::arg("recv") = py::none(),
-           py::arg("recv_counts") = py::none(), CHORUS_CALL_KW)
-      .def("gather_v",
-           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
-              int root, const py::object& timeout, const py::object& algorithm,
-              const py::object& dtype) {
-             return c.GatherV(send, counts, recv, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
-           py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("scatter_v",
-           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
-              int root, const py::object& timeout, const py::object& algorithm,
-              const py::object& dtype) {
-             return c.ScatterV(send, counts, recv, root, {timeout, algorithm, dtype});
-           },
-           py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
-           py::arg("root") = 0, CHORUS_CALL_KW)
-      .def("reject_call", &PyComm::RejectCall, py::arg("collective"), py::arg("reason"))
-      .def("abort", &PyComm::Abort)
-      .def("health", &PyComm::Health)
-      .def("traffic", &PyComm::TrafficOf)
-      .def("reset_traffic", &PyComm::ResetTraffic)
-      .def("close", &PyComm::Close);
+      .def(
+          "all_reduce",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            return c.AllReduce(send, recv, op, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW,
+          "Reduces send over every rank into recv (send.size elements each); recv=None works in "
+          "place on send. Returns recv. op: sum, prod, min, max, avg. Keywords: timeout (seconds, "
+          "this call only), algorithm (a name from `chorus bench --list-algos`), dtype (read the "
+          "arrays as this chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "reduce_scatter",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            return c.ReduceScatter(send, recv, op, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", CHORUS_CALL_KW,
+          "Reduces send (size blocks of recv.size elements) over every rank; rank r gets block r "
+          "in recv. recv=None makes it: send's first axis divided by size. Returns recv. Keywords: "
+          "timeout (seconds, this call only), algorithm (a name from `chorus bench --list-algos`), "
+          "dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "all_gather",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
+             const py::object& algorithm, const py::object& dtype) {
+            return c.AllGather(send, recv, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW,
+          "Every rank's send, in rank order, in every rank's recv. recv=None makes it: send's "
+          "first axis times size; recv may hold send as its block rank (in place). Returns recv. "
+          "Keywords: timeout (seconds, this call only), algorithm (a name from `chorus bench "
+          "--list-algos`), dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for "
+          "uint16). ")
+      .def(
+          "broadcast",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& root,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.Broadcast(send, recv, r, kw);
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW,
+          "The root's send into every rank's recv; recv=None works in place on send. Away from the "
+          "root send is not read. Returns recv. Keywords: timeout (seconds, this call only), "
+          "algorithm (a name from `chorus bench --list-algos`), dtype (read the arrays as this "
+          "chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "reduce",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& op,
+             const py::object& root, const py::object& timeout, const py::object& algorithm,
+             const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.Reduce(send, recv, op, r, kw);
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", py::arg("root") = 0,
+          CHORUS_CALL_KW,
+          "Reduces send over every rank into the root's recv (not written elsewhere); recv=None "
+          "works in place. Returns recv. Keywords: timeout (seconds, this call only), algorithm (a "
+          "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "barrier",
+          [](PyComm& c, const py::object& timeout) {
+            c.Barrier(CallKw{timeout, py::none(), py::none(), {}});
+          },
+          py::kw_only(), py::arg("timeout") = py::none(),
+          "Returns once every rank has entered it. timeout: seconds, this call only.")
+      .def(
+          "gather",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& root,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.Gather(send, recv, r, kw);
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW,
+          "Every rank's send, in rank order, into the root's recv (made when None); returns it at "
+          "the root, None elsewhere. Keywords: timeout (seconds, this call only), algorithm (a "
+          "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "scatter",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& root,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.Scatter(send, recv, r, kw);
+          },
+          py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0, CHORUS_CALL_KW,
+          "Block r of the root's send (read at the root only; None elsewhere) into rank r's recv, "
+          "which is required. Returns recv. Keywords: timeout (seconds, this call only), algorithm "
+          "(a name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "all_to_all",
+          [](PyComm& c, const py::object& send, const py::object& recv, const py::object& timeout,
+             const py::object& algorithm, const py::object& dtype) {
+            return c.AllToAll(send, recv, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("recv") = py::none(), CHORUS_CALL_KW,
+          "Block q of this rank's send to rank q, whose recv gets it as block rank; recv=None "
+          "works in place. Returns recv. Keywords: timeout (seconds, this call only), algorithm (a "
+          "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "all_gather_v",
+          [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+             const py::object& timeout, const py::object& algorithm, const py::object& dtype) {
+            return c.AllGatherV(send, counts, recv, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(), CHORUS_CALL_KW,
+          "all_gather with counts[q] elements from rank q (zeros allowed); recv=None makes a 1-D "
+          "array of sum(counts). Returns recv. Keywords: timeout (seconds, this call only), "
+          "algorithm (a name from `chorus bench --list-algos`), dtype (read the arrays as this "
+          "chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "reduce_scatter_v",
+          [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+             const py::object& op, const py::object& timeout, const py::object& algorithm,
+             const py::object& dtype) {
+            return c.ReduceScatterV(send, counts, recv, op, CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("counts"), py::arg("recv") = py::none(), py::arg("op") = "sum",
+          CHORUS_CALL_KW,
+          "reduce_scatter with blocks of counts[q] elements; recv=None makes a 1-D array of "
+          "counts[rank]. Returns recv. Keywords: timeout (seconds, this call only), algorithm (a "
+          "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "all_to_all_v",
+          [](PyComm& c, const py::object& send, const py::object& send_counts,
+             const py::object& recv, const py::object& recv_counts, const py::object& timeout,
+             const py::object& algorithm, const py::object& dtype) {
+            return c.AllToAllV(send, send_counts, recv, recv_counts,
+                               CallKw{timeout, algorithm, dtype, {}});
+          },
+          py::arg("send"), py::arg("send_counts"), py::arg("recv") = py::none(),
+          py::arg("recv_counts") = py::none(), CHORUS_CALL_KW,
+          "send_counts[q] elements to rank q, recv_counts[q] from rank q (blocks back to back in "
+          "rank order); recv=None makes a 1-D array of sum(recv_counts). Returns recv. Keywords: "
+          "timeout (seconds, this call only), algorithm (a name from `chorus bench --list-algos`), "
+          "dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "gather_v",
+          [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+             const py::object& root, const py::object& timeout, const py::object& algorithm,
+             const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.GatherV(send, counts, recv, r, kw);
+          },
+          py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
+          py::arg("root") = 0, CHORUS_CALL_KW,
+          "gather with counts[q] elements from rank q (counts needed at the root only); recv=None "
+          "makes a 1-D array at the root. Returns it at the root, None elsewhere. Keywords: "
+          "timeout (seconds, this call only), algorithm (a name from `chorus bench --list-algos`), "
+          "dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "scatter_v",
+          [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,
+             const py::object& root, const py::object& timeout, const py::object& algorithm,
+             const py::object& dtype) {
+            CallKw kw{timeout, algorithm, dtype, {}};
+            const int r = kw.Root(root);
+            return c.ScatterV(send, counts, recv, r, kw);
+          },
+          py::arg("send"), py::arg("counts") = py::none(), py::arg("recv") = py::none(),
+          py::arg("root") = 0, CHORUS_CALL_KW,
+          "scatter with counts[q] elements to rank q (send and counts read at the root only); recv "
+          "is required. Returns recv. Keywords: timeout (seconds, this call only), algorithm (a "
+          "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
+          "e.g. \"bfloat16\" for uint16). ")
+      .def("reject_call", &PyComm::RejectCall, py::arg("collective"), py::arg("reason"),
+           "Refuses this rank's next call, a `collective` (\"allreduce\", ...), as invalid "
+           "arguments: raises InvalidArgumentError here, and on every rank that enters it.")
+      .def("abort", &PyComm::Abort,
+           "Fails the communicator on every rank with ABORTED; safe from any thread.")
+      .def("health", &PyComm::Health,
+           "None while usable, else the error the next call would raise (not raised).")
+      .def("traffic", &PyComm::TrafficOf,
+           "Payload bytes sent and received and calls completed, per collective and in total.")
+      .def("reset_traffic", &PyComm::ResetTraffic, "Zeroes the traffic counters.")
+      .def("close", &PyComm::Close,
+           "Destroys the communicator now (garbage collection does it otherwise).");
 
-  m.def("create_local_group", &CreateLocal, py::arg("n"));
-  m.def("init", &Init);
+  m.def("create_local_group", &CreateLocal, py::arg("n"),
+        "n ranks as threads of this process (see chorus.create_local_group).");
+  m.def("init", &Init, "This process's rank of a launched job (see chorus.init).");
 }

@@ -18,7 +18,9 @@ def expect(error_class, needle, fn):
 
 
 @pytest.mark.parametrize("case", ["strided", "read-only", "list", "complex", "wrong-size",
-                                  "null-op", "bad-dtype"])
+                                  "null-op", "bad-dtype", "objects-as-int64", "big-endian",
+                                  "misaligned", "zero-timeout", "timeout-text", "algorithm-int",
+                                  "unknown-algorithm"])
 def test_a_refused_call_fails_on_every_rank_and_the_next_works(run_group, case):
     """Rank 0 makes the mistake; ranks 1 and 2 call correctly and hear who refused and why.
     The communicator stays usable (INVALID_ARGUMENT) and the next call is right."""
@@ -30,6 +32,13 @@ def test_a_refused_call_fails_on_every_rank_and_the_next_works(run_group, case):
         "wrong-size": "recv.count (7) != send.count (8)",
         "null-op": "op (\"median\") is not one of",
         "bad-dtype": "dtype (\"float8\") is not a chorus data type",
+        "objects-as-int64": "send has dtype object, which dtype=int64 cannot reinterpret",
+        "big-endian": "send is big-endian",
+        "misaligned": "send is not aligned to its element size",
+        "zero-timeout": "timeout (0.000000 s) must be positive and finite",
+        "timeout-text": "timeout must be seconds (a number or a datetime.timedelta), not str",
+        "algorithm-int": "algorithm must be a str",
+        "unknown-algorithm": "algorithm \"bogus\"",
     }
 
     def body(comm):
@@ -43,6 +52,16 @@ def test_a_refused_call_fails_on_every_rank_and_the_next_works(run_group, case):
                 "wrong-size": lambda: comm.all_reduce(x, np.ones(7, np.float32)),
                 "null-op": lambda: comm.all_reduce(x, op="median"),
                 "bad-dtype": lambda: comm.all_reduce(x, dtype="float8"),
+                "objects-as-int64": lambda: comm.all_reduce(
+                    np.array([object()] * 8, dtype=object), np.zeros(8, np.int64),
+                    dtype="int64"),
+                "big-endian": lambda: comm.all_reduce(np.ones(8, ">f4"), x),
+                "misaligned": lambda: comm.all_reduce(
+                    np.ndarray(8, np.float32, buffer=bytearray(40), offset=1), x),
+                "zero-timeout": lambda: comm.all_reduce(x, timeout=0),
+                "timeout-text": lambda: comm.all_reduce(x, timeout="soon"),
+                "algorithm-int": lambda: comm.all_reduce(x, algorithm=5),
+                "unknown-algorithm": lambda: comm.all_reduce(x, algorithm="bogus"),
             }[case]
             error = expect(chorus.InvalidArgumentError, needles[case], bad)
         else:
@@ -98,6 +117,24 @@ def test_local_group_raises_the_first_failure_and_aborts_the_rest():
 
     with pytest.raises(KeyError, match="rank 1 gave up"):
         chorus.local_group(3, body)
+
+
+def test_a_root_that_is_not_an_int_is_refused_on_every_rank(run_group):
+    def body(comm):
+        buf = np.ones(4, np.float32)
+        if comm.rank == 0:
+            error = expect(chorus.InvalidArgumentError, "root must be an int rank, not 1.0",
+                           lambda: comm.broadcast(buf, root=1.0))
+        else:
+            error = expect(chorus.InvalidArgumentError, "rank 0 rejected this call",
+                           lambda: comm.broadcast(buf, root=np.int64(0)))  # it waits
+        assert error.usable
+        comm.broadcast(buf, root=np.int32(1))
+        with pytest.raises(ValueError, match="no collective is called 'median'"):
+            comm.reject_call("median", "x")
+        return True
+
+    assert run_group(2, body) == [True, True]
 
 
 def test_bad_options_and_closed_communicators():
