@@ -673,9 +673,11 @@ class PyComm {
     return r.array;
   }
 
-  // A missing recv is made: send's shape with axis 0 p times longer (a 0-d send: (p,)).
-  Status Growing(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
-                 Array* r) {
+  // recv, or when it is None a new array of send's dtype and the shape `shape_of` gives from
+  // send's (it may refuse the send instead).
+  template <typename ShapeOf>
+  static Status SendAndMadeRecv(const py::object& send, const py::object& recv, const CallKw& kw,
+                                Array* s, Array* r, ShapeOf&& shape_of) {
     if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
     Status refused;
     const std::optional<DataType> as = Override(kw, &refused);
@@ -683,43 +685,44 @@ class PyComm {
     CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
     const py::array sent = s->view();
     std::vector<py::ssize_t> shape(sent.shape(), sent.shape() + sent.ndim());
-    if (shape.empty()) shape.push_back(1);
-    shape[0] *= size();
-    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
+    CHORUS_RETURN_IF_ERROR(shape_of(shape));
+    return ToArray(py::array(sent.dtype(), shape), "recv", true, as, r);
+  }
+
+  // A missing recv is made: send's shape with axis 0 p times longer (a 0-d send: (p,)).
+  Status Growing(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
+                 Array* r) {
+    return SendAndMadeRecv(send, recv, kw, s, r, [&](std::vector<py::ssize_t>& shape) {
+      if (shape.empty()) shape.push_back(1);
+      shape[0] *= size();
+      return Status::Ok();
+    });
   }
 
   // A missing recv is made: send's shape with axis 0 p times shorter; axis 0 must divide.
   Status Shrinking(const py::object& send, const py::object& recv, const CallKw& kw, Array* s,
                    Array* r) {
-    if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
-    Status refused;
-    const std::optional<DataType> as = Override(kw, &refused);
-    if (!refused.ok()) return refused;
-    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
-    const py::array sent = s->view();
-    std::vector<py::ssize_t> shape(sent.shape(), sent.shape() + sent.ndim());
     const auto p = static_cast<py::ssize_t>(size());
-    if (shape.empty() || shape[0] % p != 0) {
-      return BadArgument(
-          "send's first axis (" +
-          (shape.empty() ? std::string("none: a 0-d array") : std::to_string(shape[0])) +
-          ") is not a multiple of size (" + std::to_string(p) +
-          "): pass recv, or a send whose first axis divides");
-    }
-    shape[0] /= p;
-    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
+    return SendAndMadeRecv(send, recv, kw, s, r, [&](std::vector<py::ssize_t>& shape) {
+      if (shape.empty() || shape[0] % p != 0) {
+        return BadArgument(
+            "send's first axis (" +
+            (shape.empty() ? std::string("none: a 0-d array") : std::to_string(shape[0])) +
+            ") is not a multiple of size (" + std::to_string(p) +
+            "): pass recv, or a send whose first axis divides");
+      }
+      shape[0] /= p;
+      return Status::Ok();
+    });
   }
 
   // A v-variant's output: recv, or a new 1-D array of `elements`.
   static Status VariedOut(const py::object& send, const py::object& recv, const CallKw& kw,
                           size_t elements, Array* s, Array* r) {
-    if (!recv.is_none()) return Buffers(send, recv, kw, s, r);
-    Status refused;
-    const std::optional<DataType> as = Override(kw, &refused);
-    if (!refused.ok()) return refused;
-    CHORUS_RETURN_IF_ERROR(ToArray(send, "send", false, as, s));
-    const std::vector<py::ssize_t> shape = {static_cast<py::ssize_t>(elements)};
-    return ToArray(py::array(s->view().dtype(), shape), "recv", true, as, r);
+    return SendAndMadeRecv(send, recv, kw, s, r, [&](std::vector<py::ssize_t>& shape) {
+      shape.assign(1, static_cast<py::ssize_t>(elements));
+      return Status::Ok();
+    });
   }
 
   static Status Counts(const py::object& counts, const char* name, std::vector<size_t>* out) {

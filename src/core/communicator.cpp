@@ -455,7 +455,7 @@ Status Communicator::Reduce(ConstBuffer send, MutableBuffer recv, ReduceOp op, i
 }
 
 Status Communicator::RejectCall(CollectiveKind kind, const std::string& reason) {
-  if (static_cast<unsigned>(kind) >= kNumCollectiveKinds) {
+  if (!internal::IsCollective(static_cast<unsigned>(kind))) {
     return InvalidArgument("RejectCall: kind (" + std::to_string(static_cast<int>(kind)) +
                            ") is not a chorus::CollectiveKind");
   }
