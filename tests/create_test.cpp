@@ -121,6 +121,8 @@ class ScopedEnv {
                                          "MASTER_ADDR",
                                          "MASTER_PORT",
                                          "TORCHELASTIC_RUN_ID",
+                                         "TORCHELASTIC_RESTART_COUNT",
+                                         "LOCAL_WORLD_SIZE",
                                          "OMPI_COMM_WORLD_RANK",
                                          "OMPI_COMM_WORLD_SIZE",
                                          "OMPI_MCA_ess_base_jobid",
@@ -171,6 +173,28 @@ TEST(Environment, TorchrunRankZeroServesTheStore) {
   EXPECT_EQ(o->store_url, "tcp://127.0.0.1:29500");
   EXPECT_TRUE(o->host_store);
   env.Set("TORCHELASTIC_RUN_ID", "job");  // under torchrun itself its agent holds the port
+  EXPECT_EQ(CommOptionsFromEnvironment()->store_url, "tcp://127.0.0.1:29501");
+
+  // Every rank on this host and no secret: rank 0 serves a loopback store and hands out its
+  // address and a fresh secret through a 0600 file that this run's ranks alone name alike.
+  env.Set("LOCAL_WORLD_SIZE", "2");
+  env.Set("TORCHELASTIC_RESTART_COUNT", "3");
+  auto local = CommOptionsFromEnvironment();
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_THAT(local->store_url, HasSubstr("bootstrap://127.0.0.1/tmp/chorus-bootstrap-"));
+  EXPECT_THAT(local->store_url,
+              HasSubstr("-torchrun-" + std::to_string(getppid()) + "-29500-3"));
+  EXPECT_FALSE(local->host_store);
+  EXPECT_TRUE(local->secret.empty());
+  // A secret given, from the environment or the caller, keeps the store on MASTER_PORT + 1.
+  CommOptions with_secret;
+  with_secret.secret = "s3cret";
+  EXPECT_EQ(CommOptionsFromEnvironment(with_secret)->store_url, "tcp://127.0.0.1:29501");
+  env.Set("CHORUS_SECRET", "s3cret");
+  EXPECT_EQ(CommOptionsFromEnvironment()->store_url, "tcp://127.0.0.1:29501");
+  // Ranks on several hosts need the job's secret: the store stays on MASTER_PORT + 1.
+  env.Set("CHORUS_SECRET", "");
+  env.Set("LOCAL_WORLD_SIZE", "1");
   EXPECT_EQ(CommOptionsFromEnvironment()->store_url, "tcp://127.0.0.1:29501");
 }
 

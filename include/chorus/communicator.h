@@ -289,7 +289,9 @@ class Communicator {
 //   5. Slurm: SLURM_PROCID, SLURM_NTASKS
 // The store, first match wins: CHORUS_STORE (tcp://host:port or file:///path); MASTER_ADDR and
 // MASTER_PORT (rank 0 serves the store; under torchrun itself, whose agent holds MASTER_PORT,
-// on MASTER_PORT + 1); else, under mpirun, MPICH or Slurm (whose job id names the file),
+// on MASTER_PORT + 1; a torchrun job with every rank on one host (LOCAL_WORLD_SIZE =
+// WORLD_SIZE) and no secret given bootstraps as below, with a fresh secret, on loopback); else,
+// under mpirun, MPICH or Slurm (whose job id names the file),
 // a bootstrap:// store: rank 0 serves one and publishes its address in a 0600 file in
 // CHORUS_BOOTSTRAP_DIR (default /tmp; across hosts a shared directory).
 // Also: CHORUS_SECRET or CHORUS_SECRET_FILE (the job's secret), CHORUS_SOCKET_IFNAME (where TCP

@@ -82,6 +82,20 @@ bool LauncherSingleHost(int size) {
   return local("SLURM_NNODES") == "1" || local("SLURM_JOB_NUM_NODES") == "1";
 }
 
+bool SecretGiven(const CommOptions& base) {
+  return !base.secret.empty() || Var("CHORUS_SECRET") || Var("CHORUS_SECRET_FILE");
+}
+
+// Under torchrun with every rank on this host (LOCAL_WORLD_SIZE = WORLD_SIZE) and no secret,
+// a name for the bootstrap file that the ranks of this run alone derive: their parent is the
+// one torchrun agent that holds MASTER_PORT, and a restart gets a fresh file.
+std::optional<std::string> TorchrunLocalJobKey(const CommOptions& base, long master_port) {
+  if (!Var("TORCHELASTIC_RUN_ID") || SecretGiven(base)) return std::nullopt;
+  if (Var("LOCAL_WORLD_SIZE").value_or("") != std::to_string(base.size)) return std::nullopt;
+  return "torchrun-" + std::to_string(getppid()) + "-" + std::to_string(master_port) + "-" +
+         Var("TORCHELASTIC_RESTART_COUNT").value_or("0");
+}
+
 Result<TransportKind> TransportFromName(const std::string& name) {
   for (TransportKind kind :
        {TransportKind::kAuto, TransportKind::kThread, TransportKind::kShm, TransportKind::kTcp}) {
@@ -182,10 +196,18 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
       if (!port->has_value()) {
         return InvalidArgument("environment: MASTER_ADDR is set but MASTER_PORT is not");
       }
-      // torchrun's own agent store already listens on MASTER_PORT.
-      const long chorus_port = **port + (Var("TORCHELASTIC_RUN_ID") ? 1 : 0);
-      base.store_url = "tcp://" + *addr + ":" + std::to_string(chorus_port);
-      base.host_store = true;
+      if (auto key = TorchrunLocalJobKey(base, **port)) {
+        // Every rank on this host and no secret given: rank 0 serves a store on loopback and
+        // hands its address and a fresh secret to the others in a 0600 file, as under mpirun.
+        base.store_url = std::string(internal::kBootstrapScheme) + "127.0.0.1" +
+                         Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp") + "/chorus-bootstrap-" +
+                         std::to_string(getuid()) + "-" + *key;
+      } else {
+        // torchrun's own agent store already listens on MASTER_PORT.
+        const long chorus_port = **port + (Var("TORCHELASTIC_RUN_ID") ? 1 : 0);
+        base.store_url = "tcp://" + *addr + ":" + std::to_string(chorus_port);
+        base.host_store = true;
+      }
     } else if (auto job = LauncherJobKey()) {
       // Rank 0 hosts the store and publishes where through a file (rendezvous/bootstrap.h).
       const std::string dir = Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp");
