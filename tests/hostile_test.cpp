@@ -1,12 +1,12 @@
 // Hostile and hard conditions: strangers holding thousands of connections to every port of a
-// running TCP job whose links are made lazily, a store flooded with idle connections while it is
+// running TCP job whose links are made mid-job, a store flooded with idle connections while it is
 // short of descriptors, ranks that run out of descriptors while accepting or dialling, and
 // security logs that a flood cannot flood.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,6 +26,7 @@
 #include "support/group.h"
 #include "support/store_process.h"
 #include "support/timing.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace chorus {
 namespace {
@@ -128,6 +129,9 @@ TEST(Hostile, AJobFinishesWhileStrangersHoldThousandsOfConnectionsToEveryPort) {
       }
       return "";
     }
+    // The ring's links are made mid-job, under attack, as in groups larger than
+    // kTcpDialAllUpTo.
+    internal::SetTcpDialAllUpToForTesting(0);
     CommOptions o = testing::GroupOptions(TransportKind::kTcp, who, kRanks, url);
     o.timeout = std::chrono::seconds(60);
     auto comm = Communicator::Create(o);
@@ -231,6 +235,8 @@ TEST(Hostile, ARankOutOfDescriptorsNamesItselfWhetherDiallingOrAccepting) {
   for (const int starved : {0, 2}) {  // rank 0 dials rank 3 for the ring; rank 2 accepts rank 1
     const testing::TempDir dir;
     const auto exits = testing::ForkRanks(4, [&](int rank) -> std::string {
+      // Links made mid-job, as in groups larger than kTcpDialAllUpTo.
+      internal::SetTcpDialAllUpToForTesting(0);
       CommOptions o = testing::GroupOptions(TransportKind::kTcp, rank, 4, dir.url());
       o.timeout = std::chrono::seconds(30);
       auto comm = Communicator::Create(o);

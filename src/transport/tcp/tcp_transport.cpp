@@ -59,6 +59,13 @@ constexpr std::chrono::seconds kDescriptorPatience{2};
 // How long a closing rank keeps finishing handshakes, writing what it queued (a kFail above
 // all) and waiting for its peers to take it.
 constexpr std::chrono::milliseconds kLastFlush{500};
+// Up to kTcpDialAllUpTo ranks, each rank dials all its higher peers as soon as its transport
+// starts, not at their first message: a census (Census) can then ask every peer, a lower one
+// too (only the lower rank of a pair dials), even one stopped before its first call. Each link
+// holds 2 x depth x slot_bytes of staging (8 MiB by default), which a one-shot all-reduce or an
+// all-to-all would connect anyway. Above that size links are made as calls need them, and a
+// census may find a lower rank it cannot ask.
+std::atomic<int> dial_all_up_to{kTcpDialAllUpTo};
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -356,6 +363,12 @@ TcpTransport::TcpTransport(std::unique_ptr<void, decltype(&std::free)> control_m
   }
   Watch(listener_.get(), static_cast<uint64_t>(Source::kListener), EPOLLIN, true);
   Watch(wake_.get(), static_cast<uint64_t>(Source::kWake), EPOLLIN, true);
+  if (size() <= dial_all_up_to.load(std::memory_order_relaxed) && rank_ + 1 < size()) {
+    for (int peer = rank_ + 1; peer < size(); ++peer) {
+      link(peer).wanted.store(true, std::memory_order_relaxed);
+    }
+    Wake();  // the progress thread's first wait ends at once and dials them
+  }
   progress_ = std::thread([this] { Loop(); });
 }
 
@@ -628,8 +641,9 @@ PeerState TcpTransport::OwnState() {
 std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until) {
   std::vector<PeerState> states(static_cast<size_t>(size()));
   states[Index(rank_)] = OwnState();
-  // Only the lower rank of a pair dials, so a lower peer never connected cannot be asked; a
-  // higher one is dialled now (a stopped process accepts in the kernel but never answers).
+  // Only the lower rank of a pair dials, so a lower peer not connected yet cannot be asked (up
+  // to kTcpDialAllUpTo ranks, it dialled at the start); a higher one is dialled now (a stopped
+  // process accepts in the kernel but never answers).
   auto askable = [&](int peer) {
     const Link& l = link(peer);
     return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
@@ -1388,6 +1402,10 @@ Result<UniqueFd> Listen(const std::string& address, std::string* published) {
 }
 
 }  // namespace
+
+void SetTcpDialAllUpToForTesting(int ranks) {
+  dial_all_up_to.store(ranks, std::memory_order_relaxed);
+}
 
 Result<std::unique_ptr<Transport>> ConnectTcp(Store& store, const TcpConfig& config) {
   const ConnectConfig& c = config.connect;

@@ -1,11 +1,13 @@
 // TCP transport: ranks on any hosts, over authenticated TCP connections.
 //
 // Each rank listens on one socket and publishes its address through the store. Connections are
-// made lazily, the first time an algorithm touches a peer: the lower rank dials, both sides
+// made when the transport starts in groups of up to 16 ranks (so that a census can ask every
+// peer), else the first time an algorithm touches a peer: the lower rank dials, both sides
 // prove the job's secret (rendezvous/auth.h), and only then are the link's staging slots
 // allocated and touched (core/pages.h: on huge pages where the kernel gives them, so the
-// 2 x depth x slot_bytes of a link cost a few first touches, not one per 4 KiB). A link is one socket carrying frames both ways (frame.h): data frames
-// hold one segment, control frames carry the group's failure and a rank's refusal of a call.
+// 2 x depth x slot_bytes of a link cost a few first touches, not one per 4 KiB). A link is one
+// socket carrying frames both ways (frame.h): data frames hold one segment, control frames carry
+// the group's failure and a rank's refusal of a call.
 //
 // Per link and direction there are `depth` slots of slot_bytes, which is the credit window:
 //
@@ -62,7 +64,13 @@ struct TcpConfig {
 };
 
 // Listens, publishes this rank's address through `store`, learns the others' and starts the
-// progress thread. No connection is made yet.
+// progress thread, which dials this rank's higher peers at once in groups of up to
+// kTcpDialAllUpTo ranks.
 Result<std::unique_ptr<Transport>> ConnectTcp(Store& store, const TcpConfig& config);
+
+inline constexpr int kTcpDialAllUpTo = 16;
+// For tests of links made mid-job: groups of more than `ranks` ranks, made after this call in
+// this process, dial as calls need them (the default is kTcpDialAllUpTo).
+void SetTcpDialAllUpToForTesting(int ranks);
 
 }  // namespace chorus::internal
