@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -356,6 +357,76 @@ INSTANTIATE_TEST_SUITE_P(Transports, Misuse,
                          [](const auto& param_info) {
                            return testing::TransportParamName(param_info.param);
                          });
+
+// Every code status.h lists, against CommunicatorUsableAfter, and each code a call can return
+// produced for real on thread ranks: the next valid call on that communicator works exactly
+// when the code says it is usable, and otherwise returns the same failure, as health() does.
+TEST(StatusCodes, EachCodeTellsWhetherTheCommunicatorIsStillUsable) {
+  for (StatusCode code :
+       {StatusCode::kOk, StatusCode::kInvalidArgument, StatusCode::kDeadlineExceeded,
+        StatusCode::kUnavailable, StatusCode::kAborted, StatusCode::kFailedPrecondition,
+        StatusCode::kUnimplemented, StatusCode::kInternal}) {
+    const bool usable = code == StatusCode::kOk || code == StatusCode::kInvalidArgument;
+    EXPECT_EQ(CommunicatorUsableAfter(code), usable) << StatusCodeName(code);
+  }
+  // Each case makes a 2-rank group, lets `fail` produce a failure on rank 0 (rank 1 does what
+  // the case needs), and then checks rank 0's next call against the code.
+  auto check = [](StatusCode want, const std::function<Status(Communicator&, int)>& fail) {
+    auto group =
+        CreateLocalGroup(2, {.timeout = milliseconds(20000), .wait = testing::TestWaitMode()});
+    ASSERT_TRUE(group.ok()) << group.status();
+    std::vector<Status> first(2);
+    std::vector<Status> next(2);
+    testing::RunRanks(*group, [&](Communicator& comm) {
+      const auto r = static_cast<size_t>(comm.rank());
+      first[r] = fail(comm, comm.rank());
+      std::vector<int32_t> v(4, comm.rank() + 1);
+      // Rank 1 joins the next call only where the group is still usable.
+      if (comm.rank() == 0 || CommunicatorUsableAfter(want)) {
+        next[r] = comm.AllReduce(std::span<int32_t>(v), ReduceOp::kSum);
+        if (next[r].ok() && v != std::vector<int32_t>(4, 3)) next[r] = Internal("wrong sum");
+      }
+    });
+    EXPECT_EQ(first[0].code(), want) << first[0];
+    if (CommunicatorUsableAfter(first[0].code())) {
+      EXPECT_TRUE(next[0].ok()) << "after " << first[0] << ": " << next[0];
+      EXPECT_TRUE((*group)[0].health().ok());
+    } else {
+      EXPECT_EQ(next[0], first[0]) << "a failed communicator returns its failure again";
+      EXPECT_EQ((*group)[0].health(), first[0]);
+    }
+  };
+  std::vector<float> data(8, 1.0f);
+  // A rejected call: both ranks abandon it.
+  check(StatusCode::kInvalidArgument, [&](Communicator& comm, int rank) {
+    std::vector<float> mine(data);
+    return rank == 0 ? comm.AllReduce(ConstBuffer{nullptr, 8, DataType::kFloat32},
+                                      MakeBuffer(std::span<float>(mine)), ReduceOp::kSum)
+                     : comm.AllReduce(std::span<float>(mine), ReduceOp::kSum);
+  });
+  // Ranks in different collectives.
+  check(StatusCode::kFailedPrecondition, [&](Communicator& comm, int rank) {
+    std::vector<float> mine(data);
+    std::vector<float> out(16);
+    return rank == 0 ? comm.AllReduce(std::span<float>(mine), ReduceOp::kSum)
+                     : comm.AllGather(std::span<const float>(mine), std::span<float>(out));
+  });
+  // Rank 1 never enters the call.
+  check(StatusCode::kDeadlineExceeded, [&](Communicator& comm, int rank) {
+    std::vector<float> mine(data);
+    if (rank == 1) return Status::Ok();
+    return comm.AllReduce(std::span<float>(mine), ReduceOp::kSum, {.timeout = milliseconds(200)});
+  });
+  // Rank 1 aborts the group.
+  check(StatusCode::kAborted, [&](Communicator& comm, int rank) {
+    std::vector<float> mine(data);
+    if (rank == 1) {
+      comm.Abort();
+      return Status::Ok();
+    }
+    return comm.AllReduce(std::span<float>(mine), ReduceOp::kSum);
+  });
+}
 
 TEST(BadOptions, AnUnknownAlgorithmIsRefusedWhenTheCommunicatorIsMade) {
   const auto local = CreateLocalGroup(2, {.algorithm = "bogus"});

@@ -24,7 +24,8 @@ namespace chorus {
 CHORUS_API_BEGIN
 
 // Whether a communicator is still usable follows from the code alone: after kInvalidArgument it
-// is; after any other failure of a call it is failed, and every later call returns that failure.
+// is; after any other failure of a call it is failed, and every later call returns that failure
+// (CommunicatorUsableAfter below says the same in code).
 enum class StatusCode : uint8_t {
   kOk = 0,
   // A call's arguments are wrong: this rank rejected them before sending anything, or another
@@ -46,11 +47,19 @@ enum class StatusCode : uint8_t {
   // to. A bug in the program or its launch. The communicator is failed: fix the calls and
   // recreate it.
   kFailedPrecondition,
-  // The request is valid but this build or transport does not support it.
+  // The request is valid but this build or transport does not support it. No communicator
+  // call returns it today; one that did would leave the communicator failed, as below.
   kUnimplemented,
-  // A bug in chorus: please report it with the message.
+  // A bug in chorus (for example a wait that became ready without its doorbell ringing, under
+  // WaitMode::kSleepChecked): please report it with the message. The communicator is failed.
   kInternal,
 };
+
+// Whether a communicator whose call returned `code` can still be used: true after kOk and
+// kInvalidArgument, false after every other code (the communicator is failed; recreate it).
+constexpr bool CommunicatorUsableAfter(StatusCode code) {
+  return code == StatusCode::kOk || code == StatusCode::kInvalidArgument;
+}
 
 std::string_view StatusCodeName(StatusCode code);
 

@@ -49,9 +49,9 @@ py::handle ErrorClasses() {
   throw py::error_already_set();
 }
 
-// A collective's failure: the communicator is usable after kInvalidArgument only.
+// A collective's failure: whether the communicator is usable follows from the code alone.
 [[noreturn]] void RaiseCall(const Status& status) {
-  Raise(status, status.code() == StatusCode::kInvalidArgument);
+  Raise(status, CommunicatorUsableAfter(status.code()));
 }
 
 // Anything that is not a call on a communicator (options, stores, creation).
