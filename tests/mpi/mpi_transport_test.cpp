@@ -178,6 +178,19 @@ TEST(MpiCreate, RanksMustAgreeOnSegmentBytes) {
   EXPECT_THAT(created.status().message(), HasSubstr("ranks disagree on options.segment_bytes"));
 }
 
+// Every rank must pick the same algorithm for the same call: one forcing an algorithm
+// (CHORUS_ALGO) where another does not is named when the communicator is made.
+TEST(MpiCreate, RanksMustAgreeOnTheAlgorithm) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  CommOptions options{.timeout = kTimeout};
+  if (WorldRank() == 1) options.algorithm = "ring";
+  auto created = CreateMpiCommunicator(MPI_COMM_WORLD, options);
+  EXPECT_EQ(created.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(created.status().message(), HasSubstr("ranks disagree on options.algorithm"));
+  options.algorithm = "ring";
+  EXPECT_TRUE(CreateMpiCommunicator(MPI_COMM_WORLD, options).ok());
+}
+
 // ------------------------------------------------------------------ group failure
 
 TEST(MpiFailure, RejectedCallIsAbandonedByThePeersWithTheSameCode) {

@@ -1,8 +1,12 @@
 // MPI transport (see mpi_transport.h) and CreateMpiCommunicator (chorus/mpi.h).
 #include "transport/mpi/mpi_transport.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -534,12 +538,25 @@ namespace {
 
 // Every rank learns whether all ranks may go on, so that none is left waiting in a collective
 // that another rank will never call. `local` is this rank's own verdict.
+// FNV-1a: equal names hash alike on every rank.
+uint64_t NameHash(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 Status Agree(MPI_Comm comm, int rank, const Status& local, const CommOptions& options) {
   const auto slot = static_cast<int64_t>(options.segment_bytes);
   const int64_t depth = options.pipeline_depth;
-  const int64_t mine[5] = {local.ok() ? 0 : rank + 1, slot, -slot, depth, -depth};
-  int64_t all[5] = {};
-  if (const int rc = MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, comm); rc != MPI_SUCCESS) {
+  // The algorithm a rank forces (CommOptions::algorithm, CHORUS_ALGO) is an input of every
+  // selection: compared by its hash, in two halves that an int64 maximum carries exactly.
+  const uint64_t algo = NameHash(options.algorithm);
+  const auto high = static_cast<int64_t>(algo >> 32);
+  const auto low = static_cast<int64_t>(algo & 0xffffffffu);
+  const int64_t mine[9] = {
+      local.ok() ? 0 : rank + 1, slot, -slot, depth, -depth, high, -high, low, -low};
+  int64_t all[9] = {};
+  if (const int rc = MPI_Allreduce(mine, all, 9, MPI_INT64_T, MPI_MAX, comm); rc != MPI_SUCCESS) {
     return internal::MpiError("CreateMpiCommunicator: MPI_Allreduce", rc);
   }
   if (!local.ok()) return local;
@@ -553,7 +570,31 @@ Status Agree(MPI_Comm comm, int rank, const Status& local, const CommOptions& op
                               ") or options.pipeline_depth (" + std::to_string(-all[4]) + " to " +
                               std::to_string(all[3]) + "); every rank must pass the same values");
   }
+  if (all[5] != -all[6] || all[7] != -all[8]) {
+    return FailedPrecondition(
+        "CreateMpiCommunicator: ranks disagree on options.algorithm (this rank's is \"" +
+        options.algorithm +
+        "\"; CHORUS_ALGO sets it): every rank must force the same algorithm, or none");
+  }
   return Status::Ok();
+}
+
+// The cores the job's ranks share, the same on every rank: this host's CPUs per rank on it
+// (the fewest any rank sees) times the ranks. The selection reads it, so every rank must see
+// the same number.
+Result<int> AgreeOnCores(MPI_Comm comm, const internal::Transport& t) {
+  cpu_set_t set;
+  const int here = sched_getaffinity(0, sizeof set, &set) == 0
+                       ? CPU_COUNT(&set)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  const int64_t mine =
+      std::max<int64_t>(1, std::max(1, here) * int64_t{1000} / std::max(1, t.ranks_on_host()));
+  int64_t fewest = 0;
+  if (const int rc = MPI_Allreduce(&mine, &fewest, 1, MPI_INT64_T, MPI_MIN, comm);
+      rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator: MPI_Allreduce", rc);
+  }
+  return static_cast<int>(std::max<int64_t>(1, fewest * t.size() / 1000));
 }
 
 }  // namespace
@@ -624,9 +665,11 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   auto transport = internal::MpiTransport::Connect(comm, options.segment_bytes,
                                                    options.pipeline_depth, options.timeout);
   if (!transport.ok()) return transport.status();
-  return Communicator(std::make_unique<internal::CommState>(std::move(transport).value(),
-                                                            TransportKind::kMpi, options,
-                                                            tuning->For(TransportKind::kMpi)));
+  auto cores = AgreeOnCores(comm, **transport);
+  if (!cores.ok()) return cores.status();
+  return Communicator(
+      std::make_unique<internal::CommState>(std::move(transport).value(), TransportKind::kMpi,
+                                            options, tuning->For(TransportKind::kMpi), *cores));
 }
 
 }  // namespace chorus
