@@ -149,6 +149,17 @@ std::vector<BadCall> BadCalls() {
          return c.AllGather({a.data(), 2, DataType::kFloat32}, {nullptr, 8, DataType::kFloat32});
        },
        "allgather: recv.data is null but recv.count is 8"},
+      {"NullRecvOfScatter",
+       [](Communicator& c, V& a, V&) {
+         // Off the root, only recv is used: its name, not send's, is in the error.
+         return c.Scatter({a.data(), 8, DataType::kFloat32}, {nullptr, 2, DataType::kFloat32}, 0);
+       },
+       "scatter: recv.data is null but recv.count is 2"},
+      {"NullSendOfGather",
+       [](Communicator& c, V&, V& b) {
+         return c.Gather({nullptr, 2, DataType::kFloat32}, {b.data(), 8, DataType::kFloat32}, 3);
+       },
+       "gather: send.data is null but send.count is 2"},
       {"AllReduceCounts",
        [](Communicator& c, V& a, V& b) {
          return c.AllReduce({a.data(), 12, DataType::kFloat32}, {b.data(), 10, DataType::kFloat32},

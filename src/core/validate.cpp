@@ -206,7 +206,18 @@ Status ValidateCall(const CallShape& shape, const CallArgs& call, const CallOpti
     return check.Fail("root (" + std::to_string(call.root) + ") must be in [0, size (" +
                       std::to_string(shape.size) + "))");
   }
-  // What this rank uses: on a non-root rank a root-only buffer stands for the other one.
+  // What this rank uses: on a non-root rank a root-only buffer stands for the other one, so
+  // the buffer the caller passed is checked under its own name first.
+  if (c.rooted && shape.rank != call.root) {
+    if (c.send_only_at_root) {
+      CHORUS_RETURN_IF_ERROR(
+          check.Buffer("recv", call.recv.data, call.recv.count, call.recv.dtype));
+    }
+    if (c.recv_only_at_root) {
+      CHORUS_RETURN_IF_ERROR(
+          check.Buffer("send", call.send.data, call.send.count, call.send.dtype));
+    }
+  }
   const CallArgs used = Normalized(call, shape.rank);
   const ConstBuffer send = used.send;
   const MutableBuffer recv = used.recv;
