@@ -7,7 +7,9 @@
 // calls it has started, whether it is in this call, whom it waits on, and how long since its
 // last sign of life (its waits refresh a Beacon at least every sleep slice). Thread and shm
 // ranks read each other's control blocks; TCP ranks ask their peers' progress threads, and a
-// rank whose process is stopped does not answer.
+// rank whose process is stopped does not answer; MPI ranks send a probe notice, which a peer
+// answers whenever it polls (waiting in a call, or taking a census), so one that is stopped or
+// busy outside chorus does not.
 //
 // Blame() follows the chain of waits that starts at this rank (whom it waits on, whom that rank
 // waits on, ...) to the first rank that did not answer, has exited, has not entered the call,

@@ -66,11 +66,19 @@ Status MpiError(const std::string& what, int code) {
 struct MpiTransport::Notice {
   static constexpr uint32_t kFailure = 1;
   static constexpr uint32_t kRejection = 2;
+  static constexpr uint32_t kProbe = 3;   // a census asks about call_index
+  static constexpr uint32_t kAnswer = 4;  // the state of its sender, about call_index
 
   uint32_t kind = 0;
   int32_t code = 0;         // a failure's StatusCode
-  uint64_t call_index = 0;  // the rejected call
-  char text[496] = {};      // NUL-terminated; longer texts are cut
+  uint64_t call_index = 0;  // the rejected call, or the census's
+  // An answer's state (census.h's PeerState).
+  uint64_t started = 0;
+  int64_t active = -1;
+  int64_t idle_ms = -1;
+  int32_t waiting_for = -1;
+  uint32_t failed = 0;
+  char text[464] = {};  // NUL-terminated; longer texts are cut
 
   Notice() = default;
   Notice(uint32_t k, StatusCode c, uint64_t call, const std::string& message)
@@ -145,7 +153,9 @@ MpiTransport::MpiTransport(Bytes control_memory, MPI_Comm comm, int rank, int si
       recv_(static_cast<size_t>(size)),
       incoming_(std::make_unique<Notice>()),
       notices_sent_(static_cast<size_t>(size)),
-      notices_received_(static_cast<size_t>(size)) {
+      notices_received_(static_cast<size_t>(size)),
+      answers_(static_cast<size_t>(size)),
+      answered_(static_cast<size_t>(size)) {
   if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
                                kNoticeTag, comm_, &incoming_request_);
       rc != MPI_SUCCESS) {
@@ -470,6 +480,43 @@ void MpiTransport::Reject(uint64_t call_index, const std::string& reason) {
   SendNoticeLocked(Notice(Notice::kRejection, StatusCode::kAborted, call_index, reason));
 }
 
+std::vector<PeerState> MpiTransport::Census(uint64_t call_index, Deadline until) {
+  std::vector<PeerState> states(static_cast<size_t>(size()));
+  if (!MayCallMpiHere()) {
+    for (PeerState& s : states) s.known = false;
+    return states;
+  }
+  {
+    std::lock_guard lock(control_mutex_);
+    SendNoticeLocked(Notice(Notice::kProbe, StatusCode::kOk, call_index, ""));
+  }
+  const auto all_answered = [&] {
+    std::lock_guard lock(control_mutex_);  // another thread may poll (MPI_THREAD_MULTIPLE)
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank_ && answered_[static_cast<size_t>(peer)] != call_index + 1) return false;
+    }
+    return true;
+  };
+  for (;;) {
+    PollControl();
+    if (all_answered() || Clock::now() >= until) break;
+    // Nothing rings for MPI: look again shortly, without holding the core.
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::lock_guard lock(control_mutex_);
+  for (int peer = 0; peer < size(); ++peer) {
+    const auto q = static_cast<size_t>(peer);
+    if (peer == rank_) {
+      states[q] = control_.StateOf(rank_, Clock::now());
+    } else if (answered_[q] == call_index + 1) {
+      states[q] = answers_[q];
+    } else {
+      states[q].answered = false;
+    }
+  }
+  return states;
+}
+
 void MpiTransport::PollControl() {
   std::lock_guard lock(control_mutex_);
   PollControlLocked();
@@ -492,6 +539,24 @@ void MpiTransport::PollControlLocked() {
       control_.Fail(Status(static_cast<StatusCode>(notice.code), notice.message()));
     } else if (notice.kind == Notice::kRejection && status.MPI_SOURCE != rank_) {
       control_.Reject(status.MPI_SOURCE, notice.call_index, notice.message());
+    } else if (notice.kind == Notice::kProbe && status.MPI_SOURCE != rank_) {
+      const PeerState me = control_.StateOf(rank_, Clock::now());
+      Notice answer(Notice::kAnswer, StatusCode::kOk, notice.call_index, "");
+      answer.started = me.started;
+      answer.active = me.active;
+      answer.waiting_for = me.waiting_for;
+      answer.idle_ms = me.idle_seconds < 0 ? -1 : static_cast<int64_t>(me.idle_seconds * 1000);
+      answer.failed = control_.failed() ? 1 : 0;
+      SendNoticeLocked(answer, status.MPI_SOURCE);
+    } else if (notice.kind == Notice::kAnswer) {
+      const auto from = static_cast<size_t>(status.MPI_SOURCE);
+      PeerState& state = answers_[from];
+      state.started = notice.started;
+      state.active = notice.active;
+      state.waiting_for = notice.waiting_for;
+      state.idle_seconds = notice.idle_ms < 0 ? -1.0 : static_cast<double>(notice.idle_ms) / 1000;
+      state.failed = notice.failed != 0;
+      answered_[from] = notice.call_index + 1;
     }
     if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
                                  kNoticeTag, comm_, &incoming_request_);
@@ -511,12 +576,12 @@ void MpiTransport::PollControlLocked() {
   }
 }
 
-void MpiTransport::SendNoticeLocked(const Notice& notice) {
+void MpiTransport::SendNoticeLocked(const Notice& notice, int only) {
   if (closing_) return;
   Outgoing out{std::make_unique<Notice>(notice), {}};
   out.requests.reserve(static_cast<size_t>(size() - 1));
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank_) continue;
+    if (peer == rank_ || (only >= 0 && peer != only)) continue;
     MPI_Request request = MPI_REQUEST_NULL;
     const int rc =
         MPI_Isend(out.notice.get(), sizeof(Notice), MPI_BYTE, peer, kNoticeTag, comm_, &request);

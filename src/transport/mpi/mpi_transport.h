@@ -106,12 +106,10 @@ class MpiTransport final : public ControlledTransport {
   // so a timeout cannot name absent ranks and Quiesce (zero-copy only) never waits.
   bool PeerActive(int, uint64_t) const override { return false; }
   void Poll() override { PollControl(); }
-  // MPI ranks progress only when they poll, so a peer's state is not known here.
-  std::vector<PeerState> Census(uint64_t, Deadline) override {
-    std::vector<PeerState> states(static_cast<size_t>(size()));
-    for (PeerState& s : states) s.known = false;
-    return states;
-  }
+  // Asks every peer for its state with a probe notice. A peer answers whenever it polls: while
+  // it waits in a call, or takes a census itself. One that does not answer by `until` is busy
+  // outside chorus, stopped or hung.
+  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
 
  private:
   struct FreeBytes {
@@ -163,7 +161,8 @@ class MpiTransport final : public ControlledTransport {
   // Applies peers' notices, retires finished notices and sends a deferred failure.
   void PollControl();
   void PollControlLocked();
-  void SendNoticeLocked(const Notice& notice);
+  // To every peer, or to `only` alone.
+  void SendNoticeLocked(const Notice& notice, int only = -1);
   // Records a failure; true when it is the group's first as far as this rank knows.
   bool RecordFailure(const Status& status);
   // Records an MPI error as the group's failure ("mpi: MPI_Isend to rank 3: <MPI's text>").
@@ -192,6 +191,9 @@ class MpiTransport final : public ControlledTransport {
   std::vector<Outgoing> outgoing_;
   std::vector<uint64_t> notices_sent_;      // per peer, for teardown
   std::vector<uint64_t> notices_received_;  // per peer
+  // Answers to this rank's census: per peer the state and the call it answered about, + 1.
+  std::vector<PeerState> answers_;
+  std::vector<uint64_t> answered_;
   bool closing_ = false;                    // teardown counted the notices: send no more
   std::atomic<bool> failure_unsent_{false};
 };
