@@ -146,8 +146,11 @@ TEST_P(FrozenRank, EverySurvivorNamesARankStoppedBeforeItsFirstCall) {
   if (GetParam() == Layout::kHybrid && geteuid() != 0) {
     GTEST_SKIP() << "needs root for a UTS namespace per fake host";
   }
-  // Rank 0 dials every peer, rank 3 none, rank 1 some.
-  for (int frozen : {0, 1, 3}) {
+  // Over TCP rank 0 dials every peer, rank 3 none, rank 1 some; shm and hybrid ranks read or
+  // dial each other alike, and one case stands for the rest.
+  const std::vector<int> stopped =
+      GetParam() == Layout::kTcp ? std::vector<int>{0, 1, 3} : std::vector<int>{1};
+  for (int frozen : stopped) {
     for (const std::string& p : FrozenRankTrial(GetParam(), 1, frozen, true)) {
       ADD_FAILURE() << "rank " << frozen << " stopped: " << p;
     }
