@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -87,12 +88,17 @@ bool SecretGiven(const CommOptions& base) {
 }
 
 // Under torchrun with every rank on this host (LOCAL_WORLD_SIZE = WORLD_SIZE) and no secret,
-// a name for the bootstrap file that the ranks of this run alone derive: their parent is the
-// one torchrun agent that holds MASTER_PORT, and a restart gets a fresh file.
+// a name for the bootstrap file that the ranks of this run alone derive: its torchrun agent
+// holds MASTER_PORT on this host while it runs, so no other running job has that port, and a
+// restart gets a fresh file. (Not the parent's pid: a rank may run under a wrapper script.)
 std::optional<std::string> TorchrunLocalJobKey(const CommOptions& base, long master_port) {
   if (!Var("TORCHELASTIC_RUN_ID") || SecretGiven(base)) return std::nullopt;
   if (Var("LOCAL_WORLD_SIZE").value_or("") != std::to_string(base.size)) return std::nullopt;
-  return "torchrun-" + std::to_string(getppid()) + "-" + std::to_string(master_port) + "-" +
+  std::string run = *Var("TORCHELASTIC_RUN_ID");
+  for (char& c : run) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.') c = '_';
+  }
+  return "torchrun-" + std::to_string(master_port) + "-" + run + "-" +
          Var("TORCHELASTIC_RESTART_COUNT").value_or("0");
 }
 
