@@ -1,13 +1,10 @@
 // Communicator: the API edge. Validates once, then hands the call to an algorithm.
 #include "chorus/communicator.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <limits>
 #include <memory>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -17,6 +14,7 @@
 #include "algo/select.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
+#include "core/wait.h"
 #include "model/tuning.h"
 #include "reduce/reduce.h"
 #include "transport/thread/thread_transport.h"
@@ -28,11 +26,7 @@ namespace {
 // The cores the job's ranks share, assuming every host has as many as this one: the cost
 // model makes data movement dearer when ranks take turns on the cores.
 int JobCores(const Transport& t) {
-  cpu_set_t set;
-  const int here = sched_getaffinity(0, sizeof set, &set) == 0
-                       ? CPU_COUNT(&set)
-                       : static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, here) * t.size() / std::max(1, t.ranks_on_host());
+  return UsableCpus() * t.size() / std::max(1, t.ranks_on_host());
 }
 
 WaitPolicy PolicyFor(const Transport& t, WaitMode mode) {

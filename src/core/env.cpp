@@ -83,6 +83,15 @@ bool LauncherSingleHost(int size) {
   return local("SLURM_NNODES") == "1" || local("SLURM_JOB_NUM_NODES") == "1";
 }
 
+// The bootstrap store of a job whose launcher gave no store (rendezvous/bootstrap.h): rank 0
+// serves it on loopback when every rank is on this host, else on its network interface, and
+// publishes where in a file of CHORUS_BOOTSTRAP_DIR (default /tmp) named by this user and `key`.
+std::string BootstrapUrl(bool single_host, const std::string& key) {
+  return std::string(internal::kBootstrapScheme) + (single_host ? "127.0.0.1" : "") +
+         Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp") + "/chorus-bootstrap-" +
+         std::to_string(getuid()) + "-" + key;
+}
+
 bool SecretGiven(const CommOptions& base) {
   return !base.secret.empty() || Var("CHORUS_SECRET") || Var("CHORUS_SECRET_FILE");
 }
@@ -205,9 +214,7 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
       if (auto key = TorchrunLocalJobKey(base, **port)) {
         // Every rank on this host and no secret given: rank 0 serves a store on loopback and
         // hands its address and a fresh secret to the others in a 0600 file, as under mpirun.
-        base.store_url = std::string(internal::kBootstrapScheme) + "127.0.0.1" +
-                         Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp") + "/chorus-bootstrap-" +
-                         std::to_string(getuid()) + "-" + *key;
+        base.store_url = BootstrapUrl(true, *key);
       } else {
         // torchrun's own agent store already listens on MASTER_PORT.
         const long chorus_port = **port + (Var("TORCHELASTIC_RUN_ID") ? 1 : 0);
@@ -216,10 +223,7 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base) {
       }
     } else if (auto job = LauncherJobKey()) {
       // Rank 0 hosts the store and publishes where through a file (rendezvous/bootstrap.h).
-      const std::string dir = Var("CHORUS_BOOTSTRAP_DIR").value_or("/tmp");
-      base.store_url = std::string(internal::kBootstrapScheme) +
-                       (LauncherSingleHost(base.size) ? "127.0.0.1" : "") + dir +
-                       "/chorus-bootstrap-" + std::to_string(getuid()) + "-" + *job;
+      base.store_url = BootstrapUrl(LauncherSingleHost(base.size), *job);
     } else {
       return InvalidArgument(
           "environment: no store to meet through (set CHORUS_STORE=tcp://host:port or "

@@ -1,8 +1,6 @@
 // MPI transport (see mpi_transport.h) and CreateMpiCommunicator (chorus/mpi.h).
 #include "transport/mpi/mpi_transport.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +12,7 @@
 #include "core/check.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
+#include "core/wait.h"
 #include "model/tuning.h"
 
 namespace chorus::internal {
@@ -601,8 +600,6 @@ namespace chorus {
 
 namespace {
 
-// Every rank learns whether all ranks may go on, so that none is left waiting in a collective
-// that another rank will never call. `local` is this rank's own verdict.
 // FNV-1a: equal names hash alike on every rank.
 uint64_t NameHash(const std::string& name) {
   uint64_t h = 1469598103934665603ull;
@@ -610,6 +607,8 @@ uint64_t NameHash(const std::string& name) {
   return h;
 }
 
+// Every rank learns whether all ranks may go on, so that none is left waiting in a collective
+// that another rank will never call. `local` is this rank's own verdict.
 Status Agree(MPI_Comm comm, int rank, const Status& local, const CommOptions& options) {
   const auto slot = static_cast<int64_t>(options.segment_bytes);
   const int64_t depth = options.pipeline_depth;
@@ -648,12 +647,8 @@ Status Agree(MPI_Comm comm, int rank, const Status& local, const CommOptions& op
 // (the fewest any rank sees) times the ranks. The selection reads it, so every rank must see
 // the same number.
 Result<int> AgreeOnCores(MPI_Comm comm, const internal::Transport& t) {
-  cpu_set_t set;
-  const int here = sched_getaffinity(0, sizeof set, &set) == 0
-                       ? CPU_COUNT(&set)
-                       : static_cast<int>(std::thread::hardware_concurrency());
   const int64_t mine =
-      std::max<int64_t>(1, std::max(1, here) * int64_t{1000} / std::max(1, t.ranks_on_host()));
+      std::max<int64_t>(1, int64_t{internal::UsableCpus()} * 1000 / std::max(1, t.ranks_on_host()));
   int64_t fewest = 0;
   if (const int rc = MPI_Allreduce(&mine, &fewest, 1, MPI_INT64_T, MPI_MIN, comm);
       rc != MPI_SUCCESS) {
