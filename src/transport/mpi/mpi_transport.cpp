@@ -10,6 +10,7 @@
 
 #include "chorus/mpi.h"
 #include "core/check.h"
+#include "core/collectives.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
 #include "core/wait.h"
@@ -407,8 +408,11 @@ bool MpiTransport::TryPeek(int peer, Message* m) {
     const std::byte* slot = SlotAt(*link, link->next);
     Header header;
     std::memcpy(&header, slot, sizeof(header));
+    // A kind, type or op past the tables would index them out of range when the tag is
+    // compared or described: a malformed message like a wrong length.
     if (count < static_cast<int>(kHeaderBytes) || header.seq != link->next ||
-        header.bytes != static_cast<uint64_t>(count) - kHeaderBytes) {
+        header.bytes != static_cast<uint64_t>(count) - kHeaderBytes || !IsCollective(header.kind) ||
+        header.dtype >= kNumDataTypes || header.op >= kNumReduceOps) {
       Fail(Internal("mpi: rank " + std::to_string(rank_) + " got a malformed message from rank " +
                     std::to_string(peer) + " (" + std::to_string(count) + " bytes, sequence " +
                     std::to_string(header.seq) + " where " + std::to_string(link->next) +
