@@ -84,7 +84,7 @@ int RunModel(const ModelFlags& flags) {
   const std::optional<TransportKind> transport = ParseCliTransport(flags.transport);
   std::string usage;
   if (!op) {
-    usage = "--op: unknown collective '" + flags.op + "' (allreduce, reducescatter, allgather)";
+    usage = "--op: unknown collective '" + flags.op + "' (" + BenchOpNames() + ")";
   }
   if (!requested_bytes || *requested_bytes == 0) {
     usage = "--bytes: '" + flags.bytes + "' is not a positive size (4, 1K, 1M, 64M)";
@@ -156,8 +156,10 @@ int RunModel(const ModelFlags& flags) {
     }
   }
 
-  std::printf("# %-13s %6s %14s %14s %13s %7s  %s\n", "algorithm", "steps", "sent/rank(B)",
-              "predicted(us)", "measured(us)", "ratio", "rule");
+  int name_width = 13;  // the longest name, so that the columns line up
+  for (const Row& row : rows) name_width = std::max(name_width, static_cast<int>(row.name.size()));
+  std::printf("# %-*s %6s %14s %14s %13s %7s  %s\n", name_width, "algorithm", "steps",
+              "sent/rank(B)", "predicted(us)", "measured(us)", "ratio", "rule");
   for (const Row& row : rows) {
     const std::string steps = std::to_string(static_cast<long>(row.terms.steps));
     char sent[32];
@@ -176,8 +178,8 @@ int RunModel(const ModelFlags& flags) {
       measured = "failed";
     }
     const char* rule = row.allowed ? "applies" : "no";
-    std::printf("  %-13s %6s %14s %14s %13s %7s  %s\n", row.name.c_str(), steps.c_str(), sent,
-                predicted.c_str(), measured.c_str(), ratio.c_str(), rule);
+    std::printf("  %-*s %6s %14s %14s %13s %7s  %s\n", name_width, row.name.c_str(), steps.c_str(),
+                sent, predicted.c_str(), measured.c_str(), ratio.c_str(), rule);
   }
   for (const Row& row : rows) {
     if (!row.measure_error.empty()) {
