@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -224,6 +225,138 @@ TEST_P(Misuse, RanksThatDisagreeOnTheRootGetFailedPreconditionEverywhere) {
       },
       Options());
   EXPECT_EQ(Join(reports), "");
+}
+
+// A rank that rejects its part of a rooted collective, late: every rank that waits for it gets
+// kInvalidArgument naming it and its reason; a rank whose part needed nothing from it may
+// finish its part, with the right data, and return OK. Either way the communicator is usable
+// on every rank: the all-reduce after it works everywhere.
+TEST_P(Misuse, ARankThatRejectsARootedCallLeavesEveryRankUsable) {
+  constexpr int kRanks = 4;
+  constexpr int kRejecting = 2;
+  // Each call with rank kRejecting passing a null buffer where its part needs one; root 0.
+  // `out` is the rank's output where it has one, else null.
+  using Call = Status (*)(Communicator&, const float* in, float* out, float* scratch);
+  const std::pair<const char*, Call> calls[] = {
+      {"broadcast",
+       [](Communicator& c, const float* in, float* out, float*) {
+         return c.Broadcast({in, 8, DataType::kFloat32}, {out, 8, DataType::kFloat32}, 0);
+       }},
+      {"reduce",
+       [](Communicator& c, const float* in, float* out, float*) {
+         return c.Reduce({in, 8, DataType::kFloat32}, {out, 8, DataType::kFloat32}, ReduceOp::kSum,
+                         0);
+       }},
+      {"gather",
+       [](Communicator& c, const float* in, float*, float* scratch) {
+         return c.Gather({in, 8, DataType::kFloat32}, {scratch, 32, DataType::kFloat32}, 0);
+       }},
+      {"scatter",
+       [](Communicator& c, const float*, float* out, float* scratch) {
+         return c.Scatter({scratch, 32, DataType::kFloat32}, {out, 8, DataType::kFloat32}, 0);
+       }},
+  };
+  for (const auto& [name, call] : calls) {
+    const auto reports = RunGroup(
+        GetParam(), kRanks,
+        [&, name = name, call = call](Communicator& comm) -> std::string {
+          std::string problems;
+          for (int round = 0; round < 2; ++round) {
+            const std::string at = std::string(name) + " round " + std::to_string(round) + ": ";
+            const bool rejecting = comm.rank() == kRejecting;
+            std::vector<float> in(8, 1.0f), out(8, -1.0f), scratch(32, 1.0f);
+            if (rejecting && round == 1) std::this_thread::sleep_for(milliseconds(50));
+            const std::string how(name);
+            // The rejecting rank's null: the input it contributes, or its output.
+            const float* send =
+                rejecting && (how == "reduce" || how == "gather") ? nullptr : in.data();
+            float* recv =
+                rejecting && (how == "broadcast" || how == "scatter") ? nullptr : out.data();
+            const Status s = call(comm, send, recv, scratch.data());
+            if (rejecting) {
+              problems += Check(s, StatusCode::kInvalidArgument, "is null", at + "rejecting rank");
+            } else if (!s.ok()) {
+              problems += Check(s, StatusCode::kInvalidArgument,
+                                "rank 2 rejected this call (" + how + ": ", at + "peer");
+            } else if (how != "gather" && !(how == "reduce" && comm.rank() != 0)) {
+              // Completed: its output is right (the reduce's and gather's are the root's alone,
+              // and the root cannot complete without rank 2).
+              problems += Expect(out == std::vector<float>(8, how == "reduce" ? 4.0f : 1.0f),
+                                 at + "completed with the wrong data");
+            }
+            std::vector<float> v(6, float(comm.rank() + 1));
+            const Status next = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+            problems += Check(next, StatusCode::kOk, "", at + "the all-reduce after it");
+            problems += Expect(v == std::vector<float>(6, 10.0f), at + "wrong sum after it");
+            if (!next.ok()) return problems;
+          }
+          return problems;
+        },
+        Options());
+    EXPECT_EQ(Join(reports), "") << name;
+  }
+}
+
+// Ranks that pass different roots to each rooted collective, where no message may ever show
+// it: in a Reduce or Gather whose roots differ, the two would-be roots wait on each other. A
+// rank whose wait lasts glances at the group (Transport::Glance) and finds the other root in
+// the same call, so every rank fails with kFailedPrecondition naming both calls, long before
+// the deadline: in this call, or in the next one for a rank that had done its part.
+TEST_P(Misuse, RanksThatDisagreeOnTheRootOfAnyRootedCollectiveFailEverywhere) {
+  using Call = Status (*)(Communicator&, int root, float* a, float* b);
+  const std::pair<const char*, Call> calls[] = {
+      {"broadcast",
+       [](Communicator& c, int root, float* a, float* b) {
+         return c.Broadcast({a, 8, DataType::kFloat32}, {b, 8, DataType::kFloat32}, root);
+       }},
+      {"reduce",
+       [](Communicator& c, int root, float* a, float* b) {
+         return c.Reduce({a, 8, DataType::kFloat32}, {b, 8, DataType::kFloat32}, ReduceOp::kSum,
+                         root);
+       }},
+      {"gather",
+       [](Communicator& c, int root, float* a, float* b) {
+         return c.Gather({a, 8, DataType::kFloat32},
+                         {b, 8 * static_cast<size_t>(c.size()), DataType::kFloat32}, root);
+       }},
+      {"scatter",
+       [](Communicator& c, int root, float* a, float* b) {
+         return c.Scatter({a, 8 * static_cast<size_t>(c.size()), DataType::kFloat32},
+                          {b, 8, DataType::kFloat32}, root);
+       }},
+      {"gatherv",
+       [](Communicator& c, int root, float* a, float* b) {
+         const std::vector<size_t> counts(static_cast<size_t>(c.size()), 8);
+         return c.GatherV({a, 8, DataType::kFloat32},
+                          {b, 8 * static_cast<size_t>(c.size()), DataType::kFloat32}, counts, root);
+       }},
+      {"scatterv",
+       [](Communicator& c, int root, float* a, float* b) {
+         const std::vector<size_t> counts(static_cast<size_t>(c.size()), 8);
+         return c.ScatterV({a, 8 * static_cast<size_t>(c.size()), DataType::kFloat32}, counts,
+                           {b, 8, DataType::kFloat32}, root);
+       }},
+  };
+  for (const auto& [name, call] : calls) {
+    const auto reports = RunGroup(
+        GetParam(), 3,
+        [&, call = call](Communicator& comm) -> std::string {
+          std::vector<float> a(24, 1.0f), b(24, 0.0f);
+          const int root = comm.rank() == 1 ? 1 : 0;  // rank 1 thinks it is the root
+          Status s = call(comm, root, a.data(), b.data());
+          if (s.ok()) s = comm.Barrier();
+          if (GetParam() == TransportKind::kTcp && s.code() == StatusCode::kUnavailable) {
+            const bool named = s.message().find("rank 1 (") != std::string::npos ||
+                               s.message().find("rank 2 (") != std::string::npos;
+            return named ? "" : "a peer's exit, not named: " + s.ToString();
+          }
+          return Check(s, StatusCode::kFailedPrecondition, "ranks disagree on the call", name) +
+                 Check(comm.health(), StatusCode::kFailedPrecondition, "disagree",
+                       std::string(name) + " health");
+        },
+        Options());
+    EXPECT_EQ(Join(reports), "") << name;
+  }
 }
 
 // RejectCall (for bindings that check what the library cannot see): the rejecting rank and

@@ -44,17 +44,28 @@
 // rank*n). Any other overlap is rejected. Every rank must pass the
 // same root, in [0, size()).
 //
-// Every rank must make the same calls in the same order with matching counts, types and ops;
-// a mismatch is detected in the call (the first message each rank receives carries the call's
-// fingerprint) and fails it on every rank with kFailedPrecondition rather than corrupt data. A
-// call with count 0 still meets the peers, so a rank passing 0 where the others pass 8 fails
+// Every rank must make the same calls in the same order with matching counts, types, ops and
+// roots; a mismatch is detected in the call and fails it with kFailedPrecondition, naming both
+// ranks' calls, rather than corrupt data. The first message each rank receives carries the
+// call's fingerprint; where no message can show it (two ranks that each think they are a
+// Gather's root wait on each other), a wait that lasts 20 ms looks at the call its peers are in
+// (read from shared memory, or asked over TCP and MPI), so the call fails within about 0.1 s,
+// not at its deadline. It fails in the call on every rank of the symmetric collectives and the
+// barrier; a rank of a rooted one that had already done its part and returned (a root over TCP
+// once its sends are out, a leaf of a Reduce or Gather once it has sent) gets the same failure
+// from its next call, since catching it in the call would cost every valid call a round trip.
+// A call with count 0 still meets the peers, so a rank passing 0 where the others pass 8 fails
 // that call like any other mismatch.
 //
 // Errors: arguments are checked before anything is sent. A rejected call returns
-// kInvalidArgument on the rank that rejected it and on every rank that entered it (naming the
-// rejecting rank and its reason); all abandon it and the communicator stays usable. Any other
-// failure (deadline, abort, a peer's death, a mismatch) is sticky: this and every later call
-// return it, and health() reports it. status.h says what each code means.
+// kInvalidArgument on the rank that rejected it and on every rank that waits for it in that
+// call (naming the rejecting rank and its reason); all abandon it and the communicator stays
+// usable on every rank. Every rank of the symmetric collectives and the barrier waits for every
+// other, so there every rank gets kInvalidArgument; in a rooted one, a rank whose part needed
+// nothing from the rejecting rank (a leaf of a Reduce or Gather that only sends, a Scatter's or
+// Broadcast's receiver fed by the root) may complete its part, correctly, and return OK. Any
+// other failure (deadline, abort, a peer's death, a mismatch) is sticky: this and every later
+// call return it, and health() reports it. status.h says what each code means.
 //
 // Thread safety: a Communicator belongs to one rank and must be driven by one thread at a time.
 // Abort() may be called from any thread.

@@ -107,9 +107,44 @@ Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
   const uint64_t call = ctx_.tag.call_index;
   const WaitResult r = ctx_.waiter->Wait(
       ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell(),
-      peer);
-  if (r != WaitResult::kReady) return WaitFailed(r, what, peer);
+      peer, [&] { return FindDisagreement(); });
+  if (r != WaitResult::kReady) {
+    if (!disagreement_.ok()) return disagreement_;
+    return WaitFailed(r, what, peer);
+  }
   return Status::Ok();
+}
+
+namespace {
+
+// True when two ranks in the same call passed arguments that cannot both be right. The counts
+// of a varied collective, and so its total and its algorithm, may differ from rank to rank.
+bool CallsDisagree(const CallTag& a, const CallTag& b) {
+  if (a.kind != b.kind || a.dtype != b.dtype || a.op != b.op || a.root != b.root) return true;
+  if (Collective(a.kind).varied) return false;
+  return a.count != b.count || a.algorithm != b.algorithm || a.layout != b.layout;
+}
+
+}  // namespace
+
+bool Channel::FindDisagreement() {
+  const uint64_t call = ctx_.tag.call_index;
+  CallTag mine;
+  if (!ReadCall(t_.beacon(), &mine) || mine.call_index != call) return false;
+  const std::vector<PeerState> states = t_.Glance(call);
+  for (size_t q = 0; q < states.size(); ++q) {
+    const PeerState& s = states[q];
+    if (static_cast<int>(q) == t_.rank() || !s.known || !s.answered || !s.has_call ||
+        s.call.call_index != call || !CallsDisagree(s.call, mine)) {
+      continue;
+    }
+    disagreement_ = FailGroup(FailedPrecondition(
+        std::string(CollectiveKindName(mine.kind)) + ": ranks disagree on the call: rank " +
+        std::to_string(q) + " is in " + Describe(s.call) + ", rank " + std::to_string(t_.rank()) +
+        " is in " + Describe(mine)));
+    return true;
+  }
+  return false;
 }
 
 Status Channel::Await(int peer, size_t n, Message* m) {

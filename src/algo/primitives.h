@@ -115,6 +115,11 @@ class Channel {
   Status WaitFor(int peer, Ready&& ready, const char* what);
   // Turns a wait that did not succeed into the call's error and fails the group.
   Status WaitFailed(WaitResult result, const char* what, int peer);
+  // Asked while a wait lasts (Waiter::kLastingAfter): a glance at the group (Transport::Glance)
+  // for a rank in this call with other arguments, which no message may ever show when the two
+  // wait on each other (ranks that disagree on a Gather's root). Fails the group and keeps the
+  // error in disagreement_ if it finds one.
+  bool FindDisagreement();
   Status FailGroup(Status status);
   // The error for a message of this call whose counts (CallTag::layout) differ from ours.
   Status CountsDisagree(int peer, uint64_t theirs) const;
@@ -131,6 +136,7 @@ class Channel {
   template <typename Known>
   void AwaitNotice(Known&& known, Deadline until);
 
+  Status disagreement_;  // set by FindDisagreement
   const CallContext& ctx_;
   CallTag tag_;  // the call's, with this pair's count where the collective has one
   Transport& t_;

@@ -243,6 +243,7 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
 Status CommState::Launch(Plan& plan, uint64_t call) {
   CallContext& ctx = plan.ctx;
   ctx.tag.call_index = call;
+  PublishCall(transport_->beacon(), ctx.tag);  // for peers' waits that last (Channel::WaitFor)
   transport_->Enter(call);
   Traffic& traffic = *ctx.traffic;
   const Traffic before = traffic;

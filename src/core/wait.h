@@ -108,6 +108,11 @@ struct Beacon {
   std::atomic<int64_t> beat_ns{0};
   // peer + 1 while the rank is blocked waiting on that peer, else 0.
   std::atomic<int32_t> waiting_for{0};
+  // The call the rank is in, or was in last (transport/call_tag.h: PublishCall, ReadCall),
+  // under a sequence number that is odd while the words are written.
+  static constexpr int kCallWords = 4;
+  std::atomic<uint32_t> call_version{0};
+  std::atomic<uint64_t> call[kCallWords] = {};
 };
 
 // What is left of `deadline`, at least 1 ms (for APIs that take a timeout).
@@ -202,7 +207,17 @@ class Waiter {
   // callables are polled; `interrupted` should be cheap (an atomic load). `peer` (or -1) is
   // what the beacon reports the rank waits on.
   template <typename Ready, typename Interrupted>
-  WaitResult Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer = -1);
+  WaitResult Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer = -1) {
+    return Wait(ready, interrupted, bell, peer, [] { return false; });
+  }
+  // The same, and once the wait has lasted kLastingAfter, `lasting()` every kLastingEvery (on
+  // the wait's own clock reads: at least once per sleep slice): true interrupts the wait. For
+  // checks too slow to poll (a census of the group).
+  template <typename Ready, typename Interrupted, typename Lasting>
+  WaitResult Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer,
+                  Lasting&& lasting);
+  static constexpr std::chrono::milliseconds kLastingAfter{20};
+  static constexpr std::chrono::milliseconds kLastingEvery{40};
 
  private:
   std::chrono::nanoseconds NextSpin() {
@@ -236,8 +251,9 @@ class Waiter {
   Beacon* beacon_;
 };
 
-template <typename Ready, typename Interrupted>
-WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer) {
+template <typename Ready, typename Interrupted, typename Lasting>
+WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell, int peer,
+                        Lasting&& lasting) {
   if (ready()) return WaitResult::kReady;
   // Blocked from here on: say on whom, until the wait returns. A wait that timed out stays
   // marked while its rank takes the census, so that peers asking meanwhile follow it on.
@@ -265,6 +281,7 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
   const Clock::time_point start = Clock::now();
   if (policy_.bound_spin.count() > 0 && start >= binding_checked_until_) CheckBinding(start);
   const Deadline deadline = DeadlineFrom(start);
+  Clock::time_point lasting_at = start + kLastingAfter;
   const Clock::time_point spin_end = start + spin;
   // While the machine is known to be busy, yielding only gives the core away for a tick.
   Clock::time_point yield_end =
@@ -293,6 +310,10 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
       if (ready()) return WaitResult::kReady;
       blocked.timed_out = true;
       return WaitResult::kTimedOut;
+    }
+    if (now >= lasting_at) {
+      if (lasting()) return ready() ? WaitResult::kReady : WaitResult::kInterrupted;
+      lasting_at = now + kLastingEvery;
     }
     if (now < spin_end) {
       CpuRelax();

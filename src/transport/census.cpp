@@ -4,7 +4,38 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/collectives.h"
+
 namespace chorus::internal {
+
+bool UnpackTag(const uint64_t words[Beacon::kCallWords], CallTag* tag) {
+  const auto kind = static_cast<unsigned>(words[2] & 0xff);
+  const auto dtype = static_cast<unsigned>(words[2] >> 8 & 0xff);
+  const auto op = static_cast<unsigned>(words[2] >> 16 & 0xff);
+  if (!IsCollective(kind) || dtype >= kNumDataTypes || op >= kNumReduceOps) return false;
+  tag->call_index = words[0];
+  tag->count = words[1];
+  tag->kind = static_cast<CollectiveKind>(kind);
+  tag->dtype = static_cast<DataType>(dtype);
+  tag->op = static_cast<ReduceOp>(op);
+  tag->algorithm = static_cast<uint8_t>(words[2] >> 24 & 0xff);
+  tag->root = static_cast<uint32_t>(words[2] >> 32);
+  tag->layout = words[3];
+  return true;
+}
+
+bool ReadCall(const Beacon& beacon, CallTag* tag) {
+  const uint32_t before = beacon.call_version.load(std::memory_order_acquire);
+  if (before == 0 || before % 2 != 0) return false;
+  uint64_t words[Beacon::kCallWords];
+  for (int i = 0; i < Beacon::kCallWords; ++i) {
+    words[i] = beacon.call[i].load(std::memory_order_relaxed);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (beacon.call_version.load(std::memory_order_relaxed) != before) return false;
+  return UnpackTag(words, tag);
+}
+
 namespace {
 
 std::string RankList(const std::vector<int>& ranks) {

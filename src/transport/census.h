@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/call_tag.h"
+
 namespace chorus::internal {
 
 struct PeerState {
@@ -36,6 +38,8 @@ struct PeerState {
   int64_t active = -1;       // the call it is running, or -1 between calls
   int waiting_for = -1;      // the peer it is blocked on, or -1
   double idle_seconds = -1;  // since its last sign of life; -1 when it never waited
+  bool has_call = false;     // `call` is the call it is in, or was in last
+  CallTag call;
 };
 
 // "rank 2 is behind: it has not entered call #41 (it has started 41 calls)", or "" when the

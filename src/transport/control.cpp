@@ -94,6 +94,7 @@ PeerState Control::StateOf(int rank, Clock::time_point now) {
     state.idle_seconds = std::max(
         0.0, std::chrono::duration<double>(now.time_since_epoch() - Clock::duration(beat)).count());
   }
+  state.has_call = ReadCall(r.beacon, &state.call);
   return state;
 }
 

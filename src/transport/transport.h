@@ -21,27 +21,10 @@
 #include "chorus/communicator.h"
 #include "chorus/status.h"
 #include "core/wait.h"
+#include "transport/call_tag.h"
 #include "transport/census.h"
 
 namespace chorus::internal {
-
-// Identifies one collective call. Every message carries it so that a receiver can prove the
-// sender is in the same call with the same arguments.
-struct CallTag {
-  uint64_t call_index = 0;  // calls made on this communicator before this one, rejected included
-  uint64_t count = 0;       // the caller's total buffer count (see model/cost_model.h)
-  CollectiveKind kind = CollectiveKind::kAllReduce;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  uint8_t algorithm = 0;  // index in the selection table (algo/select.h)
-  uint32_t root = 0;      // the root rank of a rooted collective (core/collectives.h), else 0
-  // A varied collective's counts: the digest of the counts every rank passes (all-gather-v,
-  // reduce-scatter-v), or the elements this pair of ranks exchanges (the others, set per peer
-  // by the algorithm, Channel::SetPairCount); else 0.
-  uint64_t layout = 0;
-
-  bool operator==(const CallTag&) const = default;
-};
 
 // "allreduce #3 (count 8, float32, sum)".
 std::string Describe(const CallTag& tag);
@@ -151,6 +134,12 @@ class Transport {
   // Every rank's state as far as this rank can learn it by `until` (census.h), for the verdict
   // of a wait on call `call_index` that timed out. Blocks at most until `until`.
   virtual std::vector<PeerState> Census(uint64_t call_index, Deadline until) = 0;
+  // The census without waiting and without opening links: what the peers answered so far
+  // (each state's call is what it showed last), and a new question for the next glance. Asked
+  // by waits that last (Channel::WaitFor), to find ranks in the same call with other arguments.
+  virtual std::vector<PeerState> Glance(uint64_t call_index) {
+    return Census(call_index, Clock::now());
+  }
 
   // Tells the other ranks that this rank rejected call `call_index` and will not take part.
   virtual void Reject(uint64_t call_index, const std::string& reason) = 0;

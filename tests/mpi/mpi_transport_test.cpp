@@ -296,6 +296,21 @@ TEST(MpiFailure, RanksThatDisagreeOnTheCallFailTheGroup) {
   EXPECT_EQ(comm.health().code(), StatusCode::kFailedPrecondition);
 }
 
+// Two ranks that each think they are a Gather's root wait on each other and no message shows
+// it; a wait that lasts asks the group (probe notices) and finds the other root in the call.
+TEST(MpiFailure, RanksThatDisagreeOnTheRootFailTheGroupBeforeTheDeadline) {
+  if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = MustCreate(MPI_COMM_WORLD);
+  const auto p = static_cast<size_t>(comm.size());
+  std::vector<int32_t> mine(4, comm.rank()), all(4 * p);
+  const int root = comm.rank() == 1 ? 1 : 0;
+  Status s = comm.Gather(std::span<const int32_t>(mine), std::span<int32_t>(all), root);
+  if (s.ok()) s = comm.Barrier();  // a rank that only sent may have returned first
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("ranks disagree on the call"));
+  EXPECT_EQ(comm.health().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(MpiFailure, RankThatNeverCallsMeansADeadline) {
   if (WorldSize() < 2) GTEST_SKIP() << "needs two ranks";
   Communicator comm = MustCreate(MPI_COMM_WORLD);

@@ -98,8 +98,16 @@ void HybridTransport::Reject(uint64_t call_index, const std::string& reason) {
 }
 
 std::vector<PeerState> HybridTransport::Census(uint64_t call_index, Deadline until) {
-  std::vector<PeerState> states = tcp_->Census(call_index, until);
-  const std::vector<PeerState> local = shm_->Census(call_index, until);
+  return Merged(tcp_->Census(call_index, until), shm_->Census(call_index, until));
+}
+
+std::vector<PeerState> HybridTransport::Glance(uint64_t call_index) {
+  return Merged(tcp_->Glance(call_index), shm_->Glance(call_index));
+}
+
+// This host's ranks as shared memory sees them, the others as TCP does.
+std::vector<PeerState> HybridTransport::Merged(std::vector<PeerState> states,
+                                               const std::vector<PeerState>& local) const {
   for (size_t i = 0; i < local.size() && i < layout_.local.size(); ++i) {
     states[static_cast<size_t>(layout_.local[i])] = local[i];
   }

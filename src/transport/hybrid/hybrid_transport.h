@@ -58,6 +58,7 @@ class HybridTransport final : public Transport {
   // TcpConfig::beacon); this host's ranks, which TCP may never have connected, from their shm
   // control blocks.
   std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
+  std::vector<PeerState> Glance(uint64_t call_index) override;
   void Reject(uint64_t call_index, const std::string& reason) override;
   Status Rejection(uint64_t call_index) const override { return tcp_->Rejection(call_index); }
   bool Rejected(uint64_t call_index) const override { return tcp_->Rejected(call_index); }
@@ -66,6 +67,8 @@ class HybridTransport final : public Transport {
  private:
   // `peer`'s index on this host, or -1 when it is on another host.
   int Local(int peer) const { return local_of_[static_cast<size_t>(peer)]; }
+  std::vector<PeerState> Merged(std::vector<PeerState> states,
+                                const std::vector<PeerState>& local) const;
 
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> tcp_;

@@ -78,7 +78,10 @@ struct MpiTransport::Notice {
   int64_t idle_ms = -1;
   int32_t waiting_for = -1;
   uint32_t failed = 0;
-  char text[464] = {};  // NUL-terminated; longer texts are cut
+  // The call the answering rank is in, as Beacon::call's words, when has_call.
+  uint64_t has_call = 0;
+  uint64_t call_words[Beacon::kCallWords] = {};
+  char text[424] = {};  // NUL-terminated; longer texts are cut
 
   Notice() = default;
   Notice(uint32_t k, StatusCode c, uint64_t call, const std::string& message)
@@ -550,6 +553,10 @@ void MpiTransport::PollControlLocked() {
       answer.waiting_for = me.waiting_for;
       answer.idle_ms = me.idle_seconds < 0 ? -1 : static_cast<int64_t>(me.idle_seconds * 1000);
       answer.failed = control_.failed() ? 1 : 0;
+      if (me.has_call) {
+        answer.has_call = 1;
+        PackTag(me.call, answer.call_words);
+      }
       SendNoticeLocked(answer, status.MPI_SOURCE);
     } else if (notice.kind == Notice::kAnswer) {
       const auto from = static_cast<size_t>(status.MPI_SOURCE);
@@ -559,6 +566,7 @@ void MpiTransport::PollControlLocked() {
       state.waiting_for = notice.waiting_for;
       state.idle_seconds = notice.idle_ms < 0 ? -1.0 : static_cast<double>(notice.idle_ms) / 1000;
       state.failed = notice.failed != 0;
+      state.has_call = notice.has_call != 0 && UnpackTag(notice.call_words, &state.call);
       answered_[from] = notice.call_index + 1;
     }
     if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,

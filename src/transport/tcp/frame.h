@@ -40,11 +40,13 @@ inline constexpr size_t kFrameHeaderBytes = 64;
 inline constexpr size_t kMaxControlBytes = 4096;
 
 enum class FrameType : uint16_t {
-  kData = 1,        // one segment of a collective
-  kFail = 2,        // payload: status code u32 | message; the group failed
-  kReject = 3,      // payload: message; the sender refused call `tag.call_index`
-  kProbe = 4,       // no payload: "where are you?", from a rank that timed out in `tag.call_index`
-  kProbeReply = 5,  // payload: "started in_call waiting_for idle_ms" for `tag.call_index`
+  kData = 1,    // one segment of a collective
+  kFail = 2,    // payload: status code u32 | message; the group failed
+  kReject = 3,  // payload: message; the sender refused call `tag.call_index`
+  kProbe = 4,   // no payload: "where are you?", from a rank that timed out in `tag.call_index`
+  // payload: "started in_call waiting_for idle_ms failed [w0 w1 w2 w3]" for `tag.call_index`,
+  // the words being the call the peer is in (transport/call_tag.h: PackTag), when it shows one
+  kProbeReply = 5,
 };
 
 struct FrameHeader {

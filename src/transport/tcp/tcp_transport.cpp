@@ -201,6 +201,10 @@ struct Link {
   std::atomic<int32_t> reply_waiting_for{-1};
   std::atomic<int64_t> reply_idle_ms{-1};
   std::atomic<bool> reply_failed{false};
+  // The call the peer showed in that answer: whole, or not at all.
+  std::mutex reply_call_mu;
+  bool reply_has_call = false;  // under reply_call_mu
+  CallTag reply_call;           // under reply_call_mu
 };
 
 // An accepted or dialed connection that has not finished its handshake.
@@ -253,6 +257,8 @@ class TcpTransport final : public ControlledTransport {
   Beacon& beacon() override { return beacon_ != nullptr ? *beacon_ : control_.beacon(rank_); }
   // Asks every peer's progress thread (kProbe) and waits for the answers until `until`.
   std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
+  // Asks the peers whose links are up, and reads the answers to the last question.
+  std::vector<PeerState> Glance(uint64_t call_index) override;
 
  private:
   static size_t Index(int peer) { return static_cast<size_t>(peer); }
@@ -308,6 +314,9 @@ class TcpTransport final : public ControlledTransport {
   Status BadFrame(int peer, const std::string& why) const;
   // This rank's own entry of a census.
   PeerState OwnState();
+  // The answers about `call_index` the askable peers gave so far, into `states`.
+  template <typename Askable>
+  void ReadAnswers(uint64_t call_index, Askable&& askable, std::vector<PeerState>* states);
   void KillLink(int peer, const std::string& why);
   void Watch(int fd, uint64_t id, uint32_t events, bool add);
   // Registers the events `peer`'s link needs: input unless paused, output while blocked.
@@ -635,6 +644,7 @@ PeerState TcpTransport::OwnState() {
         0.0, std::chrono::duration<double>(Clock::now().time_since_epoch() - Clock::duration(beat))
                  .count());
   }
+  me.has_call = ReadCall(b, &me.call);
   return me;
 }
 
@@ -666,10 +676,33 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
   while (!all_answered() && Clock::now() < until) {
     doorbell().Sleep(all_answered, std::min(until, Clock::now() + std::chrono::milliseconds(10)));
   }
+  ReadAnswers(call_index, askable, &states);
+  return states;
+}
+
+std::vector<PeerState> TcpTransport::Glance(uint64_t call_index) {
+  std::vector<PeerState> states(static_cast<size_t>(size()));
+  states[Index(rank_)] = OwnState();
+  auto askable = [&](int peer) {
+    const Link& l = link(peer);
+    return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
+           l.ready.load(std::memory_order_acquire);
+  };
+  ReadAnswers(call_index, askable, &states);
+  for (int peer = 0; peer < size(); ++peer) {
+    if (askable(peer)) QueueControl(peer, FrameType::kProbe, call_index, "");
+  }
+  Wake();
+  return states;
+}
+
+template <typename Askable>
+void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
+                               std::vector<PeerState>* states) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_) continue;
     Link& l = link(peer);
-    PeerState& s = states[Index(peer)];
+    PeerState& s = (*states)[Index(peer)];
     if (l.dead.load(std::memory_order_acquire)) {
       s.alive = false;
     } else if (!askable(peer)) {
@@ -683,9 +716,11 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
       const int64_t idle = l.reply_idle_ms.load(std::memory_order_relaxed);
       s.idle_seconds = idle < 0 ? -1.0 : static_cast<double>(idle) / 1000;
       s.failed = l.reply_failed.load(std::memory_order_relaxed);
+      std::lock_guard lock(l.reply_call_mu);
+      s.has_call = l.reply_has_call;
+      s.call = l.reply_call;
     }
   }
-  return states;
 }
 
 // ---------------------------------------------------------------- progress thread
@@ -1333,10 +1368,15 @@ void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& 
   if (h.type == FrameType::kProbe) {
     // Answered by whichever thread reads it, so a rank busy outside chorus still answers.
     const PeerState me = OwnState();
-    const std::string reply = std::to_string(me.started) + " " + std::to_string(me.active) + " " +
-                              std::to_string(me.waiting_for) + " " +
-                              std::to_string(static_cast<int64_t>(me.idle_seconds * 1000)) +
-                              (control_.failed() ? " 1" : " 0");
+    std::string reply = std::to_string(me.started) + " " + std::to_string(me.active) + " " +
+                        std::to_string(me.waiting_for) + " " +
+                        std::to_string(static_cast<int64_t>(me.idle_seconds * 1000)) +
+                        (control_.failed() ? " 1" : " 0");
+    if (me.has_call) {  // the call it is in, as Beacon::call's words
+      uint64_t words[Beacon::kCallWords];
+      PackTag(me.call, words);
+      for (uint64_t w : words) reply += " " + std::to_string(w);
+    }
     QueueControl(peer, FrameType::kProbeReply, h.tag.call_index, reply);
     Wake();
     return;
@@ -1348,9 +1388,18 @@ void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& 
     int waiting_for = -1;
     long long idle_ms = -1;
     int failed = 0;
-    if (std::sscanf(payload.c_str(), "%llu %lld %d %lld %d", &started, &active, &waiting_for,
-                    &idle_ms, &failed) != 5) {
+    unsigned long long words[Beacon::kCallWords] = {};
+    const int fields =
+        std::sscanf(payload.c_str(), "%llu %lld %d %lld %d %llu %llu %llu %llu", &started, &active,
+                    &waiting_for, &idle_ms, &failed, &words[0], &words[1], &words[2], &words[3]);
+    if (fields != 5 && fields != 5 + Beacon::kCallWords) {
       return;  // an authenticated peer of another version: no verdict from it
+    }
+    {
+      std::lock_guard lock(l.reply_call_mu);
+      uint64_t call[Beacon::kCallWords];
+      std::copy(std::begin(words), std::end(words), call);
+      l.reply_has_call = fields == 5 + Beacon::kCallWords && UnpackTag(call, &l.reply_call);
     }
     l.reply_started.store(started, std::memory_order_relaxed);
     l.reply_active.store(active, std::memory_order_relaxed);
