@@ -161,6 +161,53 @@ INSTANTIATE_TEST_SUITE_P(Layouts, FrozenRank,
                          ::testing::Values(Layout::kShm, Layout::kTcp, Layout::kHybrid),
                          [](const auto& param_info) { return LayoutName(param_info.param); });
 
+// Two would-be roots of a Gather wait on each other and no message shows it: every rank fails
+// with kFailedPrecondition naming the two calls (in the call, or in the barrier after it for
+// a rank that only sent), long before the deadline, on hybrid ranks too, where rank 1 finds
+// rank 0 through shared memory and ranks 2 and 3 learn it over TCP.
+class RootDisagreement : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(RootDisagreement, EveryRankOfAGatherWithTwoRootsFailsBeforeTheDeadline) {
+  if (GetParam() == Layout::kHybrid && geteuid() != 0) {
+    GTEST_SKIP() << "needs root for a UTS namespace per fake host";
+  }
+  const testing::TempDir dir;
+  const Layout layout = GetParam();
+  const auto exits = testing::ForkRanks(kRanks, [&](int rank) -> std::string {
+    CommOptions o = testing::GroupOptions(layout == Layout::kShm   ? TransportKind::kShm
+                                          : layout == Layout::kTcp ? TransportKind::kTcp
+                                                                   : TransportKind::kAuto,
+                                          rank, kRanks, dir.url());
+    o.wait = testing::TestWaitMode();
+    o.timeout = std::chrono::seconds(60);  // only catches a hang: the answer comes long before
+    if (layout == Layout::kHybrid) {
+      if (unshare(CLONE_NEWUTS) != 0) return "unshare failed";
+      const std::string host = "chorus-root-host-" + std::to_string(rank / 2);
+      if (sethostname(host.c_str(), host.size()) != 0) return "sethostname failed";
+      o.listen = "127.0.0.1";
+    }
+    auto comm = Communicator::Create(o);
+    if (!comm.ok()) return "Create: " + comm.status().ToString();
+    std::vector<int32_t> mine(4, rank), all(4 * kRanks);
+    Status s =
+        comm->Gather(std::span<const int32_t>(mine), std::span<int32_t>(all), rank == 1 ? 1 : 0);
+    if (s.ok()) s = comm->Barrier();
+    if (s.code() != StatusCode::kFailedPrecondition ||
+        s.message().find("ranks disagree on the call") == std::string::npos) {
+      return "got " + s.ToString();
+    }
+    return "";
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(exits[static_cast<size_t>(r)].ok())
+        << "rank " << r << ": " << exits[static_cast<size_t>(r)].report;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RootDisagreement,
+                         ::testing::Values(Layout::kShm, Layout::kTcp, Layout::kHybrid),
+                         [](const auto& param_info) { return LayoutName(param_info.param); });
+
 // Thread ranks: rank 2 stays out of call #3 altogether (busy elsewhere); the others, whichever
 // neighbour they wait on, name it.
 TEST(AbsentRank, EveryThreadRankNamesTheRankThatNeverCame) {
