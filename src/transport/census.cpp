@@ -29,9 +29,8 @@ bool ReadCall(const Beacon& beacon, CallTag* tag) {
   if (before == 0 || before % 2 != 0) return false;
   uint64_t words[Beacon::kCallWords];
   for (int i = 0; i < Beacon::kCallWords; ++i) {
-    words[i] = beacon.call[i].load(std::memory_order_relaxed);
+    words[i] = beacon.call[i].load(std::memory_order_acquire);
   }
-  std::atomic_thread_fence(std::memory_order_acquire);
   if (beacon.call_version.load(std::memory_order_relaxed) != before) return false;
   return UnpackTag(words, tag);
 }
