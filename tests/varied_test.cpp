@@ -1,12 +1,17 @@
 // The v-collectives beyond the matrix (which checks their results on every transport): the
 // bytes each rank moves are exactly its blocks for the others, the counts are checked on every
 // rank that uses them, a rank off the root may pass no counts, and ranks that disagree on the
-// counts fail the call on every rank, naming what each passed, on every transport.
+// counts fail the call on every rank, naming what each passed, on every transport. And shapes
+// the matrix lacks: an all-to-all-v rank that sends nothing and receives everything, and a
+// barrier that no rank leaves before the last has entered.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -264,6 +269,111 @@ TEST_P(VariedDisagreement, ARootWhoseCountsDifferFromASendersFails) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, VariedDisagreement,
+                         ::testing::Values(TransportKind::kThread, TransportKind::kShm,
+                                           TransportKind::kTcp),
+                         [](const auto& param_info) {
+                           return testing::TransportParamName(param_info.param);
+                         });
+
+// Shapes beyond the matrix's on every transport: a rank of an all-to-all-v that sends nothing
+// and receives everything (and one that does the opposite), and a barrier that no rank leaves
+// before the last has entered.
+class Shapes : public ::testing::TestWithParam<TransportKind> {};
+
+// Rank 0 sends nothing and gets every other rank's whole send; rank p-1 gets nothing and sends
+// to everyone; the others send rank 0 and rank p-1 their blocks. Every element exact.
+TEST_P(Shapes, AllToAllVWithARankThatSendsNothingAndReceivesEverything) {
+  for (int p : {2, 3, 5}) {
+    const auto reports =
+        RunGroup(GetParam(), p,
+                 [p](Communicator& comm) -> std::string {
+                   const int r = comm.rank();
+                   const auto n = static_cast<size_t>(p);
+                   // send[r][q]: what rank r sends rank q.
+                   auto sent = [&](int from, int to) -> size_t {
+                     if (from == 0 || to == p - 1) return 0;  // rank 0 sends, p-1 gets nothing
+                     if (to == 0)
+                       return 3 + static_cast<size_t>(from);  // rank 0 receives everything
+                     return from == p - 1 ? 2 : 1;            // rank p-1 sends everyone
+                   };
+                   std::vector<size_t> send_counts(n), recv_counts(n);
+                   for (int q = 0; q < p; ++q) {
+                     send_counts[static_cast<size_t>(q)] = sent(r, q);
+                     recv_counts[static_cast<size_t>(q)] = sent(q, r);
+                   }
+                   std::vector<int32_t> in(Sum(send_counts)), out(Sum(recv_counts) + 1, -1);
+                   size_t at = 0;
+                   for (int q = 0; q < p; ++q) {
+                     for (size_t i = 0; i < send_counts[static_cast<size_t>(q)]; ++i) {
+                       in[at++] = 1000 * r + 100 * q + static_cast<int32_t>(i);
+                     }
+                   }
+                   const Status s =
+                       comm.AllToAllV({in.data(), in.size(), DataType::kInt32}, send_counts,
+                                      {out.data(), out.size() - 1, DataType::kInt32}, recv_counts);
+                   if (!s.ok()) return s.ToString();
+                   at = 0;
+                   for (int q = 0; q < p; ++q) {
+                     for (size_t i = 0; i < recv_counts[static_cast<size_t>(q)]; ++i, ++at) {
+                       const int32_t want = 1000 * q + 100 * r + static_cast<int32_t>(i);
+                       if (out[at] != want) {
+                         return "p " + std::to_string(p) + ": element " + std::to_string(i) +
+                                " from rank " + std::to_string(q) + " is " +
+                                std::to_string(out[at]) + ", want " + std::to_string(want);
+                       }
+                     }
+                   }
+                   if (out.back() != -1) return "wrote past the receive buffer";
+                   return "";
+                 },
+                 {.timeout = std::chrono::seconds(20), .wait = testing::TestWaitMode()});
+    EXPECT_EQ(Join(reports), "") << "p " << p;
+  }
+}
+
+// Each rank in turn enters the barrier 30 ms after the others; every rank's return comes after
+// the late rank's entry (steady_clock is one clock for every process of this host), for both
+// barrier algorithms. The times travel by an all-gather, so nothing here depends on speed.
+TEST_P(Shapes, NoRankLeavesABarrierBeforeTheLastHasEntered) {
+  constexpr int kRanks = 4;
+  const auto reports = RunGroup(
+      GetParam(), kRanks,
+      [](Communicator& comm) -> std::string {
+        const auto now = [] {
+          return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
+        };
+        std::string problems;
+        for (const char* algorithm : {"direct", "dissemination"}) {
+          for (int late = 0; late < kRanks; ++late) {
+            if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+            int64_t times[2] = {now(), 0};  // entered, returned
+            const Status s = comm.Barrier({.algorithm = algorithm});
+            times[1] = now();
+            if (!s.ok()) return s.ToString();
+            std::vector<int64_t> all(2 * kRanks);
+            if (Status g =
+                    comm.AllGather(std::span<const int64_t>(times, 2), std::span<int64_t>(all));
+                !g.ok()) {
+              return g.ToString();
+            }
+            int64_t last_entry = 0;
+            for (int q = 0; q < kRanks; ++q) last_entry = std::max(last_entry, all[2 * q]);
+            if (times[1] < last_entry) {
+              problems += std::string(algorithm) + ", rank " + std::to_string(late) +
+                          " late: left " + std::to_string(last_entry - times[1]) +
+                          " ns before the last rank entered\n";
+            }
+          }
+        }
+        return problems;
+      },
+      {.timeout = std::chrono::seconds(20), .wait = testing::TestWaitMode()});
+  EXPECT_EQ(Join(reports), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Shapes,
                          ::testing::Values(TransportKind::kThread, TransportKind::kShm,
                                            TransportKind::kTcp),
                          [](const auto& param_info) {
