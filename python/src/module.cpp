@@ -469,11 +469,16 @@ class PyComm {
   // Each collective returns its output array (None where the rank has none).
   py::object AllReduce(const py::object& send, const py::object& recv, const py::object& op,
                        const CallKw& kw) {
-    return Reducing(CollectiveKind::kAllReduce, send, recv, op, kw, -1);
+    return Reducing(CollectiveKind::kAllReduce, send, recv, op, kw, true,
+                    [](Communicator& c, ConstBuffer s, MutableBuffer r, ReduceOp rop,
+                       const CallOptions& o) { return c.AllReduce(s, r, rop, o); });
   }
   py::object Reduce(const py::object& send, const py::object& recv, const py::object& op, int root,
                     const CallKw& kw) {
-    return Reducing(CollectiveKind::kReduce, send, recv, op, kw, root);
+    // Only the root's recv is written.
+    return Reducing(CollectiveKind::kReduce, send, recv, op, kw, rank() == root,
+                    [root](Communicator& c, ConstBuffer s, MutableBuffer r, ReduceOp rop,
+                           const CallOptions& o) { return c.Reduce(s, r, rop, root, o); });
   }
   py::object Broadcast(const py::object& send, const py::object& recv, int root, const CallKw& kw) {
     // Only the root's send is read; elsewhere recv alone matters (send may be recv or None).
@@ -717,18 +722,18 @@ class PyComm {
     return ToArray(recv, "recv", recv_written, as, r);
   }
 
+  // A reducing collective whose recv has send's shape (in place when recv is None); `writes`:
+  // whether this rank's recv is written. `run` makes the call.
+  template <typename Run>
   py::object Reducing(CollectiveKind kind, const py::object& send, const py::object& recv,
-                      const py::object& op, const CallKw& kw, int root) {
+                      const py::object& op, const CallKw& kw, bool writes, Run&& run) {
     Array s, r;
     ReduceOp rop = ReduceOp::kSum;
-    // Reduce writes the root's recv only.
-    const bool writes = kind != CollectiveKind::kReduce || rank() == root;
     Status refused = Buffers(send, recv.is_none() ? send : recv, kw, &s, &r, writes);
     if (refused.ok()) refused = OpOf(op, &rop);
     Call(kind, kw, refused, [&](Communicator& c, const CallOptions& o) {
-      return kind == CollectiveKind::kReduce
-                 ? c.Reduce({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, rop, root, o)
-                 : c.AllReduce({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, rop, o);
+      return run(c, ConstBuffer{s.data, s.count, s.dtype}, MutableBuffer{r.data, r.count, r.dtype},
+                 rop, o);
     });
     return r.array;
   }
