@@ -144,6 +144,11 @@ TEST_P(Misuse, RanksThatDisagreeOnTheCallGetFailedPreconditionEverywhere) {
          return c.rank() == 0 ? c.AllReduce(std::span<float>(a), ReduceOp::kSum)
                               : c.AllGather(std::span<const float>(a), std::span<float>(b));
        }},
+      {"barrier",  // a flag barrier on thread and shm ranks sends nothing: it reads the tag
+       [](Communicator& c) {
+         std::vector<float> v(8, 1.0f);
+         return c.rank() == 0 ? c.Barrier() : c.AllReduce(std::span<float>(v), ReduceOp::kSum);
+       }},
       {"dtype",
        [](Communicator& c) {
          std::vector<int32_t> v(8, 1);

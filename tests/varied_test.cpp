@@ -332,8 +332,9 @@ TEST_P(Shapes, AllToAllVWithARankThatSendsNothingAndReceivesEverything) {
 }
 
 // Each rank in turn enters the barrier 30 ms after the others; every rank's return comes after
-// the late rank's entry (steady_clock is one clock for every process of this host), for both
-// barrier algorithms. The times travel by an all-gather, so nothing here depends on speed.
+// the late rank's entry (steady_clock is one clock for every process of this host), for every
+// barrier algorithm (the flag barrier is the direct one over TCP). The times travel by an
+// all-gather, so nothing here depends on speed.
 TEST_P(Shapes, NoRankLeavesABarrierBeforeTheLastHasEntered) {
   constexpr int kRanks = 4;
   const auto reports = RunGroup(
@@ -345,7 +346,7 @@ TEST_P(Shapes, NoRankLeavesABarrierBeforeTheLastHasEntered) {
                                           .count());
         };
         std::string problems;
-        for (const char* algorithm : {"direct", "dissemination"}) {
+        for (const char* algorithm : {"flag", "direct", "dissemination"}) {
           for (int late = 0; late < kRanks; ++late) {
             if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(30));
             int64_t times[2] = {now(), 0};  // entered, returned

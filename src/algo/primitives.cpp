@@ -147,6 +147,31 @@ bool Channel::FindDisagreement() {
   return false;
 }
 
+Status Channel::AwaitEntered(int peer) {
+  const uint64_t call = ctx_.tag.call_index;
+  CHORUS_RETURN_IF_ERROR(WaitFor(
+      peer, [&] { return t_.Entered(peer, call); }, "the entry into this call of"));
+  auto disagree = [&](const CallTag& theirs) {
+    return FailGroup(FailedPrecondition(
+        std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
+        std::to_string(peer) + " is in " + Describe(theirs) + ", rank " +
+        std::to_string(t_.rank()) + " is in " + Describe(tag_)));
+  };
+  // A message of an earlier call still unread: that call went wrong (ranks that disagreed on a
+  // broadcast's root each returned after their part), which a call of messages would have
+  // found in its first wait. Left over from a rejected call, it is dropped, as Await does.
+  Message m;
+  while (t_.TryPeek(peer, &m) && m.tag.call_index < call) {
+    if (!t_.Abandoned(m.tag.call_index)) return disagree(m.tag);
+    t_.Release(peer);
+  }
+  CallTag theirs;
+  if (!t_.PeerCall(peer, &theirs) || theirs.call_index != call || theirs == tag_) {
+    return Status::Ok();  // it moved on (it could not without this rank), or it agrees
+  }
+  return disagree(theirs);
+}
+
 Status Channel::Await(int peer, size_t n, Message* m) {
   const uint64_t call = ctx_.tag.call_index;
   for (;;) {

@@ -77,6 +77,10 @@ class Channel {
 
   // The next message from `peer`, which must hold `n` elements of this call.
   Status Await(int peer, size_t n, Message* m);
+  // Waits until `peer` has entered this call or a later one (Transport::Entered, thread and shm
+  // ranks); if it shows this call, its arguments must be this rank's, else the group fails as
+  // when a message's tag differs.
+  Status AwaitEntered(int peer);
   // Releases the message Await(peer) returned.
   void Done(int peer, const Message& m);
   // A staging slot for the next message to `peer`.

@@ -374,6 +374,20 @@ Status DirectScatter(const CallContext& ctx, const void* send, void* recv, size_
   return ch.FlushReferenced();
 }
 
+Status FlagBarrier(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  Transport& t = *ctx.transport;
+  if (!t.sees_peers_enter()) return DirectBarrier(ctx, send, recv, count);
+  // Entering the call (CommState::Launch) raised this rank's flag; wake the peers that sleep
+  // on theirs, then wait for every peer's.
+  t.RingPeers();
+  Channel ch(ctx);
+  ch.SetSegment(0, 1);
+  ch.SetStep(0, 1);
+  const int p = t.size();
+  for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(ch.AwaitEntered((t.rank() + i) % p));
+  return Status::Ok();
+}
+
 Status DirectBarrier(const CallContext& ctx, const void*, void*, size_t) {
   if (ctx.transport->size() == 1) return Status::Ok();
   return EmptyCall(ctx);

@@ -27,6 +27,10 @@
 // copies each into place (on thread ranks straight from the sender's buffer). Direct scatter:
 // the root sends block q to rank q. 1 step; the root receives or sends (p-1)/p of the total.
 //
+// Flag barrier (thread and shm ranks): entering a call raises a rank's flag in shared memory
+// (its started-calls counter); the rank rings its peers' doorbells and waits until every
+// peer's flag shows this call or a later one, then checks that a peer showing this call is in
+// a barrier too. No messages, no bytes. Elsewhere it is the direct barrier.
 // Direct barrier: one empty message to and from every peer (1 step, p - 1 messages each).
 // Dissemination barrier: in round k rank r signals r + 2^k and waits for r - 2^k; after
 // ceil(log2 p) rounds every rank has heard, through some chain, from every other.
@@ -48,6 +52,7 @@ Status ChainReduce(const CallContext& ctx, const void* send, void* recv, size_t 
 Status BinomialReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectGather(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectScatter(const CallContext& ctx, const void* send, void* recv, size_t count);
+Status FlagBarrier(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectBarrier(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DisseminationBarrier(const CallContext& ctx, const void* send, void* recv, size_t count);
 

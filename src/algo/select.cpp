@@ -86,7 +86,7 @@ bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
 
 bool Anywhere(const CallShapeForSelection&) { return true; }
 
-constexpr std::array<AlgorithmInfo, 29> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 30> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce,
@@ -134,8 +134,8 @@ constexpr std::array<AlgorithmInfo, 29> kAlgorithms = {{
      "pipelined chain from the root; p-1 hops, n bytes per rank", "all but thread ranks", ChainFits,
      ChainBroadcast, model::ChainBroadcastTerms},
     {CollectiveKind::kBroadcast, "binomial",
-     "binomial tree from the root, pipelined by segment; ceil(log2 p) steps",
-     "TCP and MPI ranks", IsNetwork, BinomialBroadcast, model::BinomialBroadcastTerms},
+     "binomial tree from the root, pipelined by segment; ceil(log2 p) steps", "TCP and MPI ranks",
+     IsNetwork, BinomialBroadcast, model::BinomialBroadcastTerms},
     {CollectiveKind::kBroadcast, "scatter_allgather",
      "the root scatters one chunk per rank, then a ring all-gather; p steps, 2(p-1)/p n bytes",
      "TCP and MPI ranks", IsNetwork, ScatterAllGatherBroadcast,
@@ -151,6 +151,10 @@ constexpr std::array<AlgorithmInfo, 29> kAlgorithms = {{
      "binomial tree of partial sums ending at the root, pipelined by segment; ceil(log2 p) "
      "steps",
      "TCP and MPI ranks", IsNetwork, BinomialReduce, model::BinomialReduceTerms},
+    {CollectiveKind::kBarrier, "flag",
+     "every rank raises its flag in shared memory and waits for its peers' (elsewhere: direct); "
+     "1 step, no messages",
+     "thread and shm ranks", OnOneHost, FlagBarrier, model::FlagBarrierTerms},
     {CollectiveKind::kBarrier, "direct", "an empty message to and from every peer; 1 step",
      "thread and shm ranks", OnOneHost, DirectBarrier, model::DirectBarrierTerms},
     {CollectiveKind::kBarrier, "dissemination",
@@ -169,14 +173,14 @@ constexpr std::array<AlgorithmInfo, 29> kAlgorithms = {{
      "every block at once, read straight from its owner (in place: pairwise); 1 step",
      "thread ranks", IsThread, DirectAllToAll, model::DirectAllToAllTerms},
     {CollectiveKind::kAllGatherV, "pairwise",
-     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport",
-     Anywhere, PairwiseAllGatherV, model::PairwiseAllGatherVTerms},
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport", Anywhere,
+     PairwiseAllGatherV, model::PairwiseAllGatherVTerms},
     {CollectiveKind::kReduceScatterV, "direct",
      "block q of every rank to rank q, reduced there in rank order; 1 step", "every transport",
      Anywhere, DirectReduceScatterV, model::DirectReduceScatterVTerms},
     {CollectiveKind::kAllToAllV, "pairwise",
-     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport",
-     Anywhere, PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport", Anywhere,
+     PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
     {CollectiveKind::kGatherV, "direct", "every rank sends its block to the root; 1 step",
      "every transport", Anywhere, DirectGatherV, model::DirectGatherVTerms},
     {CollectiveKind::kScatterV, "direct", "the root sends block q to rank q; 1 step",

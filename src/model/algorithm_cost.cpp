@@ -127,6 +127,7 @@ AlgorithmTerms BinomialReduceTerms(int p) {
 }
 
 // --- barrier (no bytes)
+AlgorithmTerms FlagBarrierTerms(int) { return {.steps = 1, .sent = 0, .reduced = 0}; }
 AlgorithmTerms DirectBarrierTerms(int) { return {.steps = 1, .sent = 0, .reduced = 0}; }
 
 AlgorithmTerms DisseminationBarrierTerms(int p) {

@@ -65,6 +65,7 @@ AlgorithmTerms ScatterAllGatherBroadcastTerms(int p);
 AlgorithmTerms DirectReduceTerms(int p);
 AlgorithmTerms ChainReduceTerms(int p);
 AlgorithmTerms BinomialReduceTerms(int p);
+AlgorithmTerms FlagBarrierTerms(int p);
 AlgorithmTerms DirectBarrierTerms(int p);
 AlgorithmTerms DisseminationBarrierTerms(int p);
 AlgorithmTerms DirectGatherTerms(int p);

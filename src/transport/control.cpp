@@ -74,7 +74,9 @@ Status Control::failure() const {
 }
 
 void Control::Enter(int rank, uint64_t call_index) {
-  ranks()[rank].started.store(call_index + 1, std::memory_order_relaxed);
+  // Release: a peer that sees this rank entered (Entered(), the flag barrier) sees what it
+  // wrote before, its call's tag included.
+  ranks()[rank].started.store(call_index + 1, std::memory_order_release);
   ranks()[rank].active.store(call_index + 1, std::memory_order_release);
 }
 

@@ -223,6 +223,14 @@ class ControlledTransport : public Transport {
     return control_.Active(peer, call_index);
   }
   Beacon& beacon() override { return control_.beacon(rank_); }
+  // Meaningful where the Control block is shared (thread and shm ranks: sees_peers_enter()).
+  bool Entered(int peer, uint64_t call_index) const override {
+    return control_.started(peer) > call_index;
+  }
+  bool PeerCall(int peer, CallTag* tag) const override {
+    return ReadCall(control_.beacon(peer), tag);
+  }
+  void RingPeers() override { control_.RingAll(); }
   std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
 
   void Reject(uint64_t call_index, const std::string& reason) override {

@@ -129,6 +129,17 @@ class Transport {
   virtual void Leave() = 0;
   // True while `peer` runs call `call_index` (zero-copy transports, where it matters).
   virtual bool PeerActive(int peer, uint64_t call_index) const = 0;
+  // True when this rank sees in shared memory which call each peer has entered (thread and shm
+  // ranks): then Entered() and PeerCall() answer and RingPeers() wakes the peers, and a barrier
+  // needs no messages.
+  virtual bool sees_peers_enter() const { return false; }
+  // True once `peer` has entered call `call_index` or a later one (sees_peers_enter() only).
+  // What `peer` wrote before it entered is visible to this rank after a true answer.
+  virtual bool Entered(int /*peer*/, uint64_t /*call_index*/) const { return false; }
+  // The call `peer` shows in its beacon (sees_peers_enter() only), or false.
+  virtual bool PeerCall(int /*peer*/, CallTag* /*tag*/) const { return false; }
+  // Rings every peer's doorbell, so that their waits on Entered() look again.
+  virtual void RingPeers() {}
   // Where this rank's waits leave their signs of life (census.h).
   virtual Beacon& beacon() = 0;
   // Every rank's state as far as this rank can learn it by `until` (census.h), for the verdict

@@ -47,6 +47,7 @@ class ShmTransport final : public ControlledTransport {
   ShmTransport(std::unique_ptr<ShmSegment> segment, const ConnectConfig& config,
                std::vector<int> peer_pidfds);
   ~ShmTransport() override;
+  bool sees_peers_enter() const override { return true; }
 
   size_t slot_bytes() const override { return slot_bytes_; }
   // Staged copies pipeline best in segments that stay in the cache between the sender's copy

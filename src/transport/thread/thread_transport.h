@@ -60,6 +60,7 @@ class ThreadTransport final : public ControlledTransport {
  public:
   ThreadTransport(std::shared_ptr<ThreadGroup> group, int rank);
   ~ThreadTransport() override { control_.Depart(rank_); }
+  bool sees_peers_enter() const override { return true; }
   ThreadTransport(const ThreadTransport&) = delete;
   ThreadTransport& operator=(const ThreadTransport&) = delete;
 
