@@ -318,6 +318,14 @@ class TcpTransport final : public ControlledTransport {
   template <typename Askable>
   void ReadAnswers(uint64_t call_index, Askable&& askable, std::vector<PeerState>* states);
   void KillLink(int peer, const std::string& why);
+  // KillLink for a link this rank gives up while the peer still sends (a bad frame): what is
+  // queued for the peer (the group's failure) is written first, then the socket says it is
+  // done writing, drops what comes in, and is closed once the peer has taken every byte, or at
+  // `until`. Closed at once with unread input, it would reset the connection, and the reset
+  // throws away what the peer has not yet taken: the failure, whose reason it needs. Blocks
+  // the progress thread until then, on a failure path only.
+  void RetireLink(int peer, const std::string& why, Clock::time_point until);
+  static constexpr std::chrono::milliseconds kRetireFor{1000};
   void Watch(int fd, uint64_t id, uint32_t events, bool add);
   // Registers the events `peer`'s link needs: input unless paused, output while blocked.
   void Interest(int peer, bool output);
@@ -1185,6 +1193,50 @@ void TcpTransport::Adopt(int fd, int peer) {
   Read(peer);  // the peer may have sent frames right behind its handshake
 }
 
+void TcpTransport::RetireLink(int peer, const std::string& why, Clock::time_point until) {
+  Link& l = link(peer);
+  {
+    std::lock_guard<std::mutex> lock(l.recv_mu);
+    if (l.broken.empty()) l.broken = why;  // the rank thread reads no more from it
+  }
+  const auto left_ms = [&] {
+    return std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+  };
+  for (;;) {
+    Flush result;
+    int fd;
+    {
+      std::lock_guard<std::mutex> lock(l.send_mu);
+      fd = l.fd;
+      if (fd < 0) return KillLink(peer, why);
+      result = FlushLocked(l);
+    }
+    if (result != Flush::kBlocked || left_ms() <= 0) break;
+    // Blocked: the path may be full because nobody reads what the peer sends us; drain it.
+    char scratch[4096];
+    while (recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0) {
+    }
+    pollfd writable{.fd = fd, .events = POLLOUT, .revents = 0};
+    poll(&writable, 1, static_cast<int>(std::min<int64_t>(left_ms(), 5)));
+  }
+  const int fd = l.fd;  // only this thread closes it (KillLink)
+  shutdown(fd, SHUT_WR);
+  char scratch[4096];
+  for (;;) {
+    ssize_t n;
+    do {
+      n = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    } while (n > 0);
+    int unacknowledged = 0;
+    const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+    if (gone || (ioctl(fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0)) break;
+    if (left_ms() <= 0) break;
+    pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
+    poll(&readable, 1, static_cast<int>(std::min<int64_t>(left_ms(), 5)));
+  }
+  KillLink(peer, why);
+}
+
 void TcpTransport::KillLink(int peer, const std::string& why) {
   Link& l = link(peer);
   if (l.dead.load(std::memory_order_relaxed)) return;
@@ -1314,17 +1366,11 @@ void TcpTransport::Read(int peer) {
       return KillLink(peer, "closed its connection (exited?)");
     case ReadOutcome::kBroken:
       return KillLink(peer, why);
-    case ReadOutcome::kBadFrame: {
+    case ReadOutcome::kBadFrame:
       // The group's failure goes out first, on this link too (through whatever sits on the
       // path), so that the sender learns why; then the link is closed.
       Fail(BadFrame(peer, why));
-      {
-        std::lock_guard<std::mutex> lock(l.send_mu);
-        FlushLocked(l);
-      }
-      KillLink(peer, why);
-      return;
-    }
+      return RetireLink(peer, why, Clock::now() + kRetireFor);
   }
 }
 
