@@ -211,10 +211,12 @@ inline void FillMoved(DataType t, int rank, int block, size_t n, void* out) {
 }
 
 // The block lengths of a v-collective's case with block n: rank `from`'s block for rank `to`
-// (all-to-all-v), or rank q's block with from = to = q. Uneven, with zeros at every third pair;
-// all zero when n is. At most n + 4.
+// (all-to-all-v), or rank q's block with from = to = q. Uneven, with zeros at every third pair
+// and, on the diagonal (the blocks of the collectives whose counts every rank shares), at ranks
+// 1, 4, 7; all zero when n is. At most n + 4.
 inline size_t VariedCount(size_t n, int from, int to) {
-  if (n == 0 || (from + 2 * to) % 3 == 1) return 0;
+  const bool zero = from == to ? from % 3 == 1 : (from + 2 * to) % 3 == 1;
+  if (n == 0 || zero) return 0;
   return n + static_cast<size_t>((from + 3 * to) % 5);
 }
 
