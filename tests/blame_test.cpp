@@ -34,6 +34,23 @@ std::string LayoutName(Layout l) {
   return l == Layout::kShm ? "shm" : l == Layout::kTcp ? "tcp" : "hybrid";
 }
 
+// Options for rank `rank` of a kRanks-rank group of `layout` meeting at `url`, with the test
+// wait mode. For hybrid ranks the calling process (a forked rank) first moves to a UTS
+// namespace of its own named for its fake host, two ranks a host; "" or why that failed.
+std::string LayoutOptions(Layout layout, int rank, const std::string& url, CommOptions* o) {
+  *o = testing::GroupOptions(layout == Layout::kShm   ? TransportKind::kShm
+                             : layout == Layout::kTcp ? TransportKind::kTcp
+                                                      : TransportKind::kAuto,
+                             rank, kRanks, url);
+  o->wait = testing::TestWaitMode();
+  if (layout != Layout::kHybrid) return "";
+  if (unshare(CLONE_NEWUTS) != 0) return "unshare failed";
+  const std::string host = "chorus-blame-host-" + std::to_string(rank / 2);
+  if (sethostname(host.c_str(), host.size()) != 0) return "sethostname failed";
+  o->listen = "127.0.0.1";
+  return "";
+}
+
 // One trial: rank `frozen` stops itself after a random delay, mid-call or between calls, or
 // (`at_once`) as soon as its communicator is made, before its first call, when its peers may
 // not have connected to it yet; every other rank must fail with an error naming it. The lowest
@@ -43,23 +60,14 @@ std::vector<std::string> FrozenRankTrial(Layout layout, unsigned seed, int froze
   const testing::TempDir dir;
   const std::string pid_file = dir.path() + "/frozen.pid";
   const auto exits = testing::ForkRanks(kRanks, [&](int rank) -> std::string {
-    CommOptions o = testing::GroupOptions(layout == Layout::kShm   ? TransportKind::kShm
-                                          : layout == Layout::kTcp ? TransportKind::kTcp
-                                                                   : TransportKind::kAuto,
-                                          rank, kRanks, dir.url());
+    CommOptions o;
+    if (std::string why = LayoutOptions(layout, rank, dir.url(), &o); !why.empty()) return why;
     // The calls' deadline: the census asks for answers for a quarter of it, and a sanitized
     // rank answers slowly. Create keeps the communicator's own deadline, which only catches a
     // hang: under load the meeting may take longer than a call's deadline, and a rank whose
     // Create fails leaves the job before it could stop.
     CallOptions call;
     call.timeout = milliseconds(2000 * testing::SanitizerSlowdown());
-    o.wait = testing::TestWaitMode();
-    if (layout == Layout::kHybrid) {
-      if (unshare(CLONE_NEWUTS) != 0) return "unshare failed";
-      const std::string host = "chorus-blame-host-" + std::to_string(rank / 2);
-      if (sethostname(host.c_str(), host.size()) != 0) return "sethostname failed";
-      o.listen = "127.0.0.1";
-    }
     auto comm = Communicator::Create(o);
     if (!comm.ok()) return "Create: " + comm.status().ToString();
     std::thread freezer;
@@ -174,18 +182,9 @@ TEST_P(RootDisagreement, EveryRankOfAGatherWithTwoRootsFailsBeforeTheDeadline) {
   const testing::TempDir dir;
   const Layout layout = GetParam();
   const auto exits = testing::ForkRanks(kRanks, [&](int rank) -> std::string {
-    CommOptions o = testing::GroupOptions(layout == Layout::kShm   ? TransportKind::kShm
-                                          : layout == Layout::kTcp ? TransportKind::kTcp
-                                                                   : TransportKind::kAuto,
-                                          rank, kRanks, dir.url());
-    o.wait = testing::TestWaitMode();
+    CommOptions o;
+    if (std::string why = LayoutOptions(layout, rank, dir.url(), &o); !why.empty()) return why;
     o.timeout = std::chrono::seconds(60);  // only catches a hang: the answer comes long before
-    if (layout == Layout::kHybrid) {
-      if (unshare(CLONE_NEWUTS) != 0) return "unshare failed";
-      const std::string host = "chorus-root-host-" + std::to_string(rank / 2);
-      if (sethostname(host.c_str(), host.size()) != 0) return "sethostname failed";
-      o.listen = "127.0.0.1";
-    }
     auto comm = Communicator::Create(o);
     if (!comm.ok()) return "Create: " + comm.status().ToString();
     std::vector<int32_t> mine(4, rank), all(4 * kRanks);
