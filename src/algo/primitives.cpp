@@ -138,10 +138,7 @@ bool Channel::FindDisagreement() {
         s.call.call_index != call || !CallsDisagree(s.call, mine)) {
       continue;
     }
-    disagreement_ = FailGroup(FailedPrecondition(
-        std::string(CollectiveKindName(mine.kind)) + ": ranks disagree on the call: rank " +
-        std::to_string(q) + " is in " + Describe(s.call) + ", rank " + std::to_string(t_.rank()) +
-        " is in " + Describe(mine)));
+    disagreement_ = CallsDiffer(static_cast<int>(q), s.call, mine);
     return true;
   }
   return false;
@@ -151,25 +148,26 @@ Status Channel::AwaitEntered(int peer) {
   const uint64_t call = ctx_.tag.call_index;
   CHORUS_RETURN_IF_ERROR(WaitFor(
       peer, [&] { return t_.Entered(peer, call); }, "the entry into this call of"));
-  auto disagree = [&](const CallTag& theirs) {
-    return FailGroup(FailedPrecondition(
-        std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
-        std::to_string(peer) + " is in " + Describe(theirs) + ", rank " +
-        std::to_string(t_.rank()) + " is in " + Describe(tag_)));
-  };
   // A message of an earlier call still unread: that call went wrong (ranks that disagreed on a
   // broadcast's root each returned after their part), which a call of messages would have
   // found in its first wait. Left over from a rejected call, it is dropped, as Await does.
   Message m;
   while (t_.TryPeek(peer, &m) && m.tag.call_index < call) {
-    if (!t_.Abandoned(m.tag.call_index)) return disagree(m.tag);
+    if (!t_.Abandoned(m.tag.call_index)) return CallsDiffer(peer, m.tag, tag_);
     t_.Release(peer);
   }
   CallTag theirs;
-  if (!t_.PeerCall(peer, &theirs) || theirs.call_index != call || theirs == tag_) {
+  if (!t_.PeerCall(peer, &theirs) || theirs.call_index != call || !CallsDisagree(theirs, tag_)) {
     return Status::Ok();  // it moved on (it could not without this rank), or it agrees
   }
-  return disagree(theirs);
+  return CallsDiffer(peer, theirs, tag_);
+}
+
+Status Channel::CallsDiffer(int peer, const CallTag& theirs, const CallTag& mine) {
+  return FailGroup(FailedPrecondition(std::string(CollectiveKindName(mine.kind)) +
+                                      ": ranks disagree on the call: rank " + std::to_string(peer) +
+                                      " is in " + Describe(theirs) + ", rank " +
+                                      std::to_string(t_.rank()) + " is in " + Describe(mine)));
 }
 
 Status Channel::Await(int peer, size_t n, Message* m) {
@@ -194,10 +192,7 @@ Status Channel::Await(int peer, size_t n, Message* m) {
     CallTag same_but_layout = m->tag;
     same_but_layout.layout = tag_.layout;
     if (same_but_layout == tag_) return FailGroup(CountsDisagree(peer, m->tag.layout));
-    return FailGroup(FailedPrecondition(
-        std::string(CollectiveKindName(ctx_.tag.kind)) + ": ranks disagree on the call: rank " +
-        std::to_string(peer) + " is in " + Describe(m->tag) + ", rank " +
-        std::to_string(t_.rank()) + " is in " + Describe(tag_)));
+    return CallsDiffer(peer, m->tag, tag_);
   }
   if (m->bytes != n * ctx_.elem_size) {  // same call, different CallOptions::segment_bytes
     return FailGroup(FailedPrecondition(

@@ -125,6 +125,9 @@ class Channel {
   // error in disagreement_ if it finds one.
   bool FindDisagreement();
   Status FailGroup(Status status);
+  // Fails the group: `peer` is in call `theirs` where this rank is in `mine` (the same index,
+  // other arguments), "ranks disagree on the call", both calls described.
+  Status CallsDiffer(int peer, const CallTag& theirs, const CallTag& mine);
   // The error for a message of this call whose counts (CallTag::layout) differ from ours.
   Status CountsDisagree(int peer, uint64_t theirs) const;
   // Called when a peer's message belongs to a later call: waits up to kRejectionGrace for the

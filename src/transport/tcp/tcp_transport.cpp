@@ -849,6 +849,27 @@ void TcpTransport::FlushBeforeClosing(Clock::time_point until) {
 // A socket closed with unread input resets its connection, and a reset throws away what the
 // peer has not yet been sent: its kFail, say. So each link says it is done writing, drops what
 // still comes in, and is closed only when the peer has acknowledged every byte written to it.
+namespace {
+
+// Drops what `fd` has to read; true when the peer has closed it (or it broke).
+bool DrainedToTheEnd(int fd) {
+  char scratch[4096];
+  ssize_t n;
+  do {
+    n = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+  } while (n > 0);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+}
+
+// Drops what `fd` has to read. True once the peer has closed it or has acknowledged every byte
+// written to it: then closing it resets nothing the peer still needs.
+bool DrainedAndAcknowledged(int fd) {
+  int unacknowledged = 0;
+  return DrainedToTheEnd(fd) || (ioctl(fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0);
+}
+
+}  // namespace
+
 void TcpTransport::Linger(Clock::time_point until) {
   std::vector<pollfd> open;
   for (int peer = 0; peer < size(); ++peer) {
@@ -856,16 +877,9 @@ void TcpTransport::Linger(Clock::time_point until) {
     shutdown(link(peer).fd, SHUT_WR);
     open.push_back({.fd = link(peer).fd, .events = POLLIN, .revents = 0});
   }
-  char scratch[4096];
   while (!open.empty()) {
     for (size_t i = 0; i < open.size();) {
-      ssize_t n;
-      do {
-        n = recv(open[i].fd, scratch, sizeof(scratch), MSG_DONTWAIT);
-      } while (n > 0);
-      int unacknowledged = 0;
-      const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
-      if (gone || (ioctl(open[i].fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0)) {
+      if (DrainedAndAcknowledged(open[i].fd)) {
         open[i] = open.back();
         open.pop_back();
       } else {
@@ -1213,24 +1227,13 @@ void TcpTransport::RetireLink(int peer, const std::string& why, Clock::time_poin
     }
     if (result != Flush::kBlocked || left_ms() <= 0) break;
     // Blocked: the path may be full because nobody reads what the peer sends us; drain it.
-    char scratch[4096];
-    while (recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0) {
-    }
+    if (DrainedToTheEnd(fd)) break;  // closed by the peer: nothing more to write
     pollfd writable{.fd = fd, .events = POLLOUT, .revents = 0};
     poll(&writable, 1, static_cast<int>(std::min<int64_t>(left_ms(), 5)));
   }
   const int fd = l.fd;  // only this thread closes it (KillLink)
   shutdown(fd, SHUT_WR);
-  char scratch[4096];
-  for (;;) {
-    ssize_t n;
-    do {
-      n = recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
-    } while (n > 0);
-    int unacknowledged = 0;
-    const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
-    if (gone || (ioctl(fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0)) break;
-    if (left_ms() <= 0) break;
+  while (!DrainedAndAcknowledged(fd) && left_ms() > 0) {
     pollfd readable{.fd = fd, .events = POLLIN, .revents = 0};
     poll(&readable, 1, static_cast<int>(std::min<int64_t>(left_ms(), 5)));
   }
