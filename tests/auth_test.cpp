@@ -1,11 +1,11 @@
-// Authentication tests (rendezvous/auth.h). The Handshake is driven in memory, so every byte
+// Authentication tests (net/auth.h). The Handshake is driven in memory, so every byte
 // each side emits can be inspected: both roles reach done() with the same secret and carry the
 // claim; a wrong secret fails on both sides without either side emitting more than the protocol
 // allows before the proof; bytes arrive one at a time; garbage, truncation, oversized lengths,
 // overfeeding and a replayed proof all fail cleanly. The wire format is pinned by an
 // independent reimplementation of the MACs with libsodium. Then Secret's sources (text, file
 // permissions, generation) and RunHandshake over a socketpair, including a peer that stalls.
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

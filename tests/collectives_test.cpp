@@ -1,7 +1,7 @@
-// The collective table (core/collectives.h) and everything that must follow it: a collective
+// The collective table (base/collectives.h) and everything that must follow it: a collective
 // added to the table without an algorithm, a way through the TCP frame check, the
 // test matrix or the bench's name lookup fails here, not silently in a user's job.
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 #include <gtest/gtest.h>
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "core/log_limit.h"
-#include "core/unique_fd.h"
+#include "base/log_limit.h"
+#include "base/unique_fd.h"
 #include "support/group.h"
 #include "support/store_process.h"
 #include "support/timing.h"

@@ -1,5 +1,5 @@
 // TouchedPages: zeroed, every byte usable, the end guarded, moves that keep one owner.
-#include "core/pages.h"
+#include "base/pages.h"
 
 #include <gtest/gtest.h>
 

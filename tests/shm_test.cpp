@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "core/wait.h"
+#include "base/wait.h"
 #include "support/matrix.h"
 #include "support/spawn.h"
 
@@ -171,7 +171,7 @@ TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
 
 // A rank that posted its last message and then left is not a dead peer to a rank that has not
 // read that message yet. The interleaving is forced every time, not left to the scheduler: the
-// waiting rank's first unmet wait (core/wait.h's test hook) lets the root start, and returns
+// waiting rank's first unmet wait (base/wait.h's test hook) lets the root start, and returns
 // only once the root's leaving is observable; only then does the wait ask whether it was
 // interrupted. The root leaves in two ways: by exiting without closing its communicator (seen
 // through its pidfd), and by closing it and living on (seen through its departure flag).

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "chorus/store.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 #include "support/raw_socket.h"

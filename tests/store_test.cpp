@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 #include "support/raw_socket.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "support/matrix.h"
 #include "support/raw_socket.h"
 #include "support/spawn.h"

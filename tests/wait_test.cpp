@@ -1,6 +1,6 @@
-// The Waiter (core/wait.h): what a wait returns when what it waits for and what interrupts it
+// The Waiter (base/wait.h): what a wait returns when what it waits for and what interrupts it
 // come together, the checked sleep mode's lost wake-up, and deadlines.
-#include "core/wait.h"
+#include "base/wait.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

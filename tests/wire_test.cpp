@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "chorus/chorus.h"
-#include "core/unique_fd.h"
+#include "base/unique_fd.h"
 #include "support/group.h"
 #include "support/matrix.h"
 

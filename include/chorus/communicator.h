@@ -132,7 +132,7 @@ CHORUS_API_END
 namespace internal {
 class CommState;
 struct CallArgs;
-// Runs any collective from its descriptor (core/collectives.h): for tools and tests that walk
+// Runs any collective from its descriptor (base/collectives.h): for tools and tests that walk
 // the collective table (not exported by the shared library).
 CHORUS_HIDDEN Status RunCollective(Communicator& comm, const CallArgs& call,
                                    const CallOptions& options);

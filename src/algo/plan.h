@@ -13,7 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace chorus::internal {
 

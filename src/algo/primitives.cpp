@@ -7,8 +7,8 @@
 #include <string>
 
 #include "algo/select.h"
-#include "core/collectives.h"
-#include "core/stream_copy.h"
+#include "base/collectives.h"
+#include "base/stream_copy.h"
 
 namespace chorus::internal {
 

@@ -22,7 +22,7 @@
 #include <span>
 
 #include "chorus/communicator.h"
-#include "core/wait.h"
+#include "base/wait.h"
 #include "reduce/reduce.h"
 #include "transport/transport.h"
 

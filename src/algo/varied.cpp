@@ -6,7 +6,7 @@
 #include "algo/alltoall.h"
 #include "algo/direct.h"
 #include "algo/plan.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::internal {
 namespace {

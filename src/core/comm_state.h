@@ -11,8 +11,8 @@
 #include "algo/primitives.h"
 #include "algo/select.h"
 #include "chorus/communicator.h"
-#include "core/collectives.h"
-#include "core/wait.h"
+#include "base/collectives.h"
+#include "base/wait.h"
 #include "model/cost_model.h"
 #include "transport/transport.h"
 

@@ -14,7 +14,7 @@
 #include "algo/select.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
-#include "core/wait.h"
+#include "base/wait.h"
 #include "model/tuning.h"
 #include "reduce/reduce.h"
 #include "transport/thread/thread_transport.h"

@@ -26,7 +26,7 @@
 #include "transport/tcp/wire.h"
 #include "core/validate.h"
 #include "model/tuning.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/bootstrap.h"
 #include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"

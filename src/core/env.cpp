@@ -12,7 +12,7 @@
 #include <string>
 
 #include "chorus/communicator.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "rendezvous/bootstrap.h"
 
 namespace chorus {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "chorus/store.h"
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 

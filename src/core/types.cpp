@@ -5,7 +5,7 @@
 #include <string>
 
 #include "chorus/communicator.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "chorus/communicator.h"
 #include "chorus/status.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::internal {
 
@@ -17,7 +17,7 @@ struct CallShape {
   size_t max_segment_bytes;  // the communicator's staging slot size
 };
 
-// OK when `call` is a valid call of its collective (core/collectives.h) on this rank: buffers,
+// OK when `call` is a valid call of its collective (base/collectives.h) on this rank: buffers,
 // counts, in-place rule, op and root as that collective's row says. `options.segment_bytes`
 // and `options.timeout` are checked too. Buffers the collective ignores on this rank (those
 // significant only at the root) are not checked.

@@ -11,7 +11,7 @@
 
 #include <algorithm>
 
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::model {
 namespace {

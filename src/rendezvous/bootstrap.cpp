@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 namespace chorus::internal {
 namespace {

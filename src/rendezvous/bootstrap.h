@@ -14,7 +14,7 @@
 #include <string>
 
 #include "chorus/store.h"
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "chorus/store.h"
-#include "core/unique_fd.h"
-#include "core/wait.h"
+#include "base/unique_fd.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 
@@ -39,7 +39,7 @@ inline std::string ErrnoText(int err) {
   return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
 }
 
-// DeadlineAfter (now + timeout, saturating) is core/wait.h's: one definition for the stores and
+// DeadlineAfter (now + timeout, saturating) is base/wait.h's: one definition for the stores and
 // the communicator, since a file that includes both headers cannot have two.
 
 // Whole milliseconds left until `deadline`, rounded up so that a poll never wakes early; 0 when

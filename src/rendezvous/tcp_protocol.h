@@ -8,7 +8,7 @@
 //                stranger (an HTTP probe, a port scanner) is dropped before any of its bytes
 //                is read as a length. On a version mismatch the server answers with its own
 //                version and kBadVersion, then closes.
-//   2. auth      the four-message HMAC challenge-response of rendezvous/auth.h, the client
+//   2. auth      the four-message HMAC challenge-response of net/auth.h, the client
 //                dialing with the claim "store". The server reads no request until the client
 //                has proved it knows the job's secret; a client that fails, sends garbage or
 //                has not finished hello and handshake within TcpStoreServer::Options::

@@ -3,7 +3,7 @@
 //
 // Server. One background thread runs a level-triggered epoll loop over non-blocking sockets:
 // the listening socket, an eventfd that the destructor uses to wake the loop, and one entry per
-// client. Each connection goes through stages (hello, the handshake of rendezvous/auth.h, then
+// client. Each connection goes through stages (hello, the handshake of net/auth.h, then
 // requests) and keeps an input and an output buffer. A request that must wait for keys (Get,
 // Wait) is parked: the connection registers under the first key it still misses, and the Set or
 // Add of that key re-examines it, answering or re-registering under the next missing key. So
@@ -55,8 +55,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/log_limit.h"
-#include "rendezvous/auth.h"
+#include "base/log_limit.h"
+#include "net/auth.h"
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 

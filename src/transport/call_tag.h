@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "chorus/communicator.h"
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 
@@ -19,7 +19,7 @@ struct CallTag {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   uint8_t algorithm = 0;  // index in the selection table (algo/select.h)
-  uint32_t root = 0;      // the root rank of a rooted collective (core/collectives.h), else 0
+  uint32_t root = 0;      // the root rank of a rooted collective (base/collectives.h), else 0
   // A varied collective's counts: the digest of the counts every rank passes (all-gather-v,
   // reduce-scatter-v), or the elements this pair of ranks exchanges (the others, set per peer
   // by the algorithm, Channel::SetPairCount); else 0.

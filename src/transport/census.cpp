@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::internal {
 

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "chorus/status.h"
-#include "core/check.h"
-#include "core/wait.h"
+#include "base/check.h"
+#include "base/wait.h"
 #include "transport/transport.h"
 
 namespace chorus::internal {

@@ -4,7 +4,7 @@
 // A sender reserves a staging slot (which is also its credit), fills it (or, on a zero-copy
 // transport, points at its own memory instead), and posts. A receiver peeks at the oldest
 // message, reads it in place, and releases it, which returns the credit. Nothing here blocks:
-// every call answers at once, and the caller waits on doorbell() between attempts (core/wait.h).
+// every call answers at once, and the caller waits on doorbell() between attempts (base/wait.h).
 //
 // Transports know nothing of reductions or algorithms; algorithms know nothing of how the bytes
 // travel. Each transport lives in src/transport/<name>/ with the same file set.
@@ -20,7 +20,7 @@
 
 #include "chorus/communicator.h"
 #include "chorus/status.h"
-#include "core/wait.h"
+#include "base/wait.h"
 #include "transport/call_tag.h"
 #include "transport/census.h"
 

@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/check.h"
-#include "rendezvous/auth.h"
+#include "base/check.h"
+#include "net/auth.h"
 #include "rendezvous/tcp_protocol.h"
 #include "transport/tcp/frame.h"
 

@@ -23,7 +23,7 @@
 
 #include "algo/select.h"
 #include "chorus/chorus.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 #include "support/group.h"
 #include "support/pattern.h"
 #include "support/test_bytes.h"
@@ -68,7 +68,7 @@ struct MatrixParam {
   std::string algorithm;
 };
 
-// The block n of the count relation (core/collectives.h): the per-rank block where a buffer
+// The block n of the count relation (base/collectives.h): the per-rank block where a buffer
 // holds p of them, the whole buffer where both hold one.
 inline size_t CountOf(const MatrixParam& m) {
   switch (m.count_case) {
@@ -265,7 +265,7 @@ inline bool HasInPlace(const internal::CollectiveInfo& c) {
 }
 
 // One call of `kind` with block n on this rank of p, with inputs whose result is known
-// exactly; checks what the collective's row (core/collectives.h) says each rank ends with, and
+// exactly; checks what the collective's row (base/collectives.h) says each rank ends with, and
 // that an input the call must not change did not change.
 inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataType t, ReduceOp op,
                                  size_t n, int root, bool in_place, const CallOptions& options,

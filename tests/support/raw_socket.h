@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace chorus::testing {
 

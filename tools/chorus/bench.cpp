@@ -59,7 +59,7 @@
 #include "busy.h"
 #include "chorus/chorus.h"
 #include "commands.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 #include "rank_group.h"
 #include "tuning_env.h"
 
@@ -353,7 +353,7 @@ const BlockLayout& BenchRank::LayoutOf(BenchOp op, const SizePoint& size) const 
   return layout_;
 }
 
-// The call's buffers, as the collective's count relation (core/collectives.h) has them: out of
+// The call's buffers, as the collective's count relation (base/collectives.h) has them: out of
 // place send_ and recv_; in place recv_, where a smaller buffer is this rank's block of it.
 internal::CallArgs BenchRank::Args(BenchOp op, Placement where, const SizePoint& size) const {
   const DataType dt = cfg_.dtype;

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::cli {
 namespace {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "core/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace chorus::cli {
 namespace {

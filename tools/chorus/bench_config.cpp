@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "algo/select.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 #include "rank_group.h"
 
 namespace chorus::cli {

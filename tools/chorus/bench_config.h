@@ -23,7 +23,7 @@
 namespace chorus::cli {
 
 // A benchmarked operation is a collective; everything about it comes from its row in the
-// collective table (core/collectives.h).
+// collective table (base/collectives.h).
 using BenchOp = CollectiveKind;
 
 // The peers' CSV spelling: allreduce, reduce_scatter, allgather, broadcast, reduce, barrier.

@@ -111,7 +111,7 @@
 
 #include "chorus/store.h"
 #include "commands.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 extern char** environ;  // NOLINT: the ranks inherit the launcher's environment
 

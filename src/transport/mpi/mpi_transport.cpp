@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "chorus/mpi.h"
-#include "core/check.h"
-#include "core/collectives.h"
+#include "base/check.h"
+#include "base/collectives.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
-#include "core/wait.h"
+#include "base/wait.h"
 #include "model/tuning.h"
 
 namespace chorus::internal {

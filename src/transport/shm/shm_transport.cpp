@@ -14,7 +14,7 @@
 #include <fstream>
 #include <thread>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace chorus::internal {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 namespace chorus::internal::tcp {
 namespace {

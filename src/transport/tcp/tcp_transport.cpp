@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/check.h"
-#include "core/log_limit.h"
-#include "core/pages.h"
-#include "core/unique_fd.h"
+#include "base/check.h"
+#include "base/log_limit.h"
+#include "base/pages.h"
+#include "base/unique_fd.h"
 #include "transport/control.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/wire.h"

@@ -3,8 +3,8 @@
 // Each rank listens on one socket and publishes its address through the store. Connections are
 // made when the transport starts in groups of up to 16 ranks (so that a census can ask every
 // peer), else the first time an algorithm touches a peer: the lower rank dials, both sides
-// prove the job's secret (rendezvous/auth.h), and only then are the link's staging slots
-// allocated and touched (core/pages.h: on huge pages where the kernel gives them, so the
+// prove the job's secret (net/auth.h), and only then are the link's staging slots
+// allocated and touched (base/pages.h: on huge pages where the kernel gives them, so the
 // 2 x depth x slot_bytes of a link cost a few first touches, not one per 4 KiB). A link is one
 // socket carrying frames both ways (frame.h): data frames hold one segment, control frames carry
 // the group's failure and a rank's refusal of a call.
@@ -41,7 +41,7 @@
 #include <string>
 
 #include "chorus/store.h"
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 #include "transport/tcp/wire.h"
 #include "transport/transport.h"
 

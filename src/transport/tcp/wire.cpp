@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace chorus::internal::tcp {
 namespace {

@@ -1,5 +1,5 @@
 // Touched pages (see pages.h).
-#include "core/pages.h"
+#include "base/pages.h"
 
 #include <sys/mman.h>
 

@@ -1,5 +1,5 @@
 // Rate-limited security log lines (see log_limit.h).
-#include "core/log_limit.h"
+#include "base/log_limit.h"
 
 #include <cstdio>
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <utility>
 
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 

@@ -6,7 +6,7 @@
 // first wrong byte instead of after a length it chose. A length is read only from a complete
 // header and checked against its limit before anything is sized by it. Once a step fails the
 // Handshake stays failed: it outputs nothing more and every Feed repeats the error.
-#include "rendezvous/auth.h"
+#include "net/auth.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,5 +1,5 @@
 // Futex plumbing and the wait policy (see wait.h).
-#include "core/wait.h"
+#include "base/wait.h"
 
 #include <linux/futex.h>
 #include <sched.h>

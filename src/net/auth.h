@@ -33,7 +33,7 @@
 #include <string_view>
 
 #include "chorus/status.h"
-#include "core/wait.h"
+#include "base/wait.h"
 
 namespace chorus::internal {
 

@@ -1,11 +1,11 @@
 // The collective table (see collectives.h).
-#include "core/collectives.h"
+#include "base/collectives.h"
 
 #include <algorithm>
 #include <cctype>
 #include <string>
 
-#include "core/check.h"
+#include "base/check.h"
 
 namespace chorus::internal {
 namespace {

@@ -1,5 +1,5 @@
 // Non-temporal copy (see stream_copy.h).
-#include "core/stream_copy.h"
+#include "base/stream_copy.h"
 
 #include <algorithm>
 #include <cstdint>
