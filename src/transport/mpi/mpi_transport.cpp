@@ -1,4 +1,4 @@
-// MPI transport (see mpi_transport.h) and CreateMpiCommunicator (chorus/mpi.h).
+// MPI transport (see mpi_transport.h).
 #include "transport/mpi/mpi_transport.h"
 
 #include <algorithm>
@@ -8,13 +8,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "chorus/mpi.h"
 #include "base/check.h"
 #include "base/collectives.h"
-#include "core/comm_state.h"
-#include "core/validate.h"
 #include "base/wait.h"
-#include "model/tuning.h"
 
 namespace chorus::internal {
 namespace {
@@ -54,14 +50,14 @@ static_assert(sizeof(Header) <= kHeaderBytes && std::is_trivial_v<Header>);
 constexpr size_t kPage = 4096;
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+}  // namespace
+
 Status MpiError(const std::string& what, int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(code, text, &length);
   return Unavailable("mpi: " + what + ": " + std::string(text, static_cast<size_t>(length)));
 }
-
-}  // namespace
 
 struct MpiTransport::Notice {
   static constexpr uint32_t kFailure = 1;
@@ -607,141 +603,3 @@ void MpiTransport::SendNoticeLocked(const Notice& notice, int only) {
 }
 
 }  // namespace chorus::internal
-
-namespace chorus {
-
-namespace {
-
-// FNV-1a: equal names hash alike on every rank.
-uint64_t NameHash(const std::string& name) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// Every rank learns whether all ranks may go on, so that none is left waiting in a collective
-// that another rank will never call. `local` is this rank's own verdict.
-Status Agree(MPI_Comm comm, int rank, const Status& local, const CommOptions& options) {
-  const auto slot = static_cast<int64_t>(options.segment_bytes);
-  const int64_t depth = options.pipeline_depth;
-  // The algorithm a rank forces (CommOptions::algorithm, CHORUS_ALGO) is an input of every
-  // selection: compared by its hash, in two halves that an int64 maximum carries exactly.
-  const uint64_t algo = NameHash(options.algorithm);
-  const auto high = static_cast<int64_t>(algo >> 32);
-  const auto low = static_cast<int64_t>(algo & 0xffffffffu);
-  const int64_t mine[9] = {
-      local.ok() ? 0 : rank + 1, slot, -slot, depth, -depth, high, -high, low, -low};
-  int64_t all[9] = {};
-  if (const int rc = MPI_Allreduce(mine, all, 9, MPI_INT64_T, MPI_MAX, comm); rc != MPI_SUCCESS) {
-    return internal::MpiError("CreateMpiCommunicator: MPI_Allreduce", rc);
-  }
-  if (!local.ok()) return local;
-  if (all[0] != 0) {
-    return FailedPrecondition("CreateMpiCommunicator: rank " + std::to_string(all[0] - 1) +
-                              " could not join (its own error says why)");
-  }
-  if (all[1] != -all[2] || all[3] != -all[4]) {
-    return FailedPrecondition("CreateMpiCommunicator: ranks disagree on options.segment_bytes (" +
-                              std::to_string(-all[2]) + " to " + std::to_string(all[1]) +
-                              ") or options.pipeline_depth (" + std::to_string(-all[4]) + " to " +
-                              std::to_string(all[3]) + "); every rank must pass the same values");
-  }
-  if (all[5] != -all[6] || all[7] != -all[8]) {
-    return FailedPrecondition(
-        "CreateMpiCommunicator: ranks disagree on options.algorithm (this rank's is \"" +
-        options.algorithm +
-        "\"; CHORUS_ALGO sets it): every rank must force the same algorithm, or none");
-  }
-  return Status::Ok();
-}
-
-// The cores the job's ranks share, the same on every rank: this host's CPUs per rank on it
-// (the fewest any rank sees) times the ranks. The selection reads it, so every rank must see
-// the same number.
-Result<int> AgreeOnCores(MPI_Comm comm, const internal::Transport& t) {
-  const int64_t mine =
-      std::max<int64_t>(1, int64_t{internal::UsableCpus()} * 1000 / std::max(1, t.ranks_on_host()));
-  int64_t fewest = 0;
-  if (const int rc = MPI_Allreduce(&mine, &fewest, 1, MPI_INT64_T, MPI_MIN, comm);
-      rc != MPI_SUCCESS) {
-    return internal::MpiError("CreateMpiCommunicator: MPI_Allreduce", rc);
-  }
-  return static_cast<int>(std::max<int64_t>(1, fewest * t.size() / 1000));
-}
-
-}  // namespace
-
-Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& options) {
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized == 0) {
-    return FailedPrecondition(
-        "CreateMpiCommunicator: MPI is not initialised (call MPI_Init_thread first)");
-  }
-  if (finalized != 0) return FailedPrecondition("CreateMpiCommunicator: MPI is already finalised");
-  if (comm == MPI_COMM_NULL) return InvalidArgument("CreateMpiCommunicator: comm is MPI_COMM_NULL");
-  int inter = 0;
-  MPI_Comm_test_inter(comm, &inter);
-  if (inter != 0) {
-    return InvalidArgument(
-        "CreateMpiCommunicator: comm is an intercommunicator; pass an intracommunicator");
-  }
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-
-  // Checks that may differ between ranks are agreed on before anything else is collective.
-  Status local = internal::ValidateCommOptions(options, size, "CreateMpiCommunicator");
-  if (local.ok() && options.transport != TransportKind::kAuto &&
-      options.transport != TransportKind::kMpi) {
-    local = InvalidArgument("CreateMpiCommunicator: options.transport must be kAuto or kMpi");
-  }
-  int level = MPI_THREAD_SINGLE;
-  int main_thread = 0;
-  MPI_Query_thread(&level);
-  MPI_Is_thread_main(&main_thread);
-  if (local.ok() && level < MPI_THREAD_SERIALIZED && main_thread == 0) {
-    local = FailedPrecondition(
-        std::string("CreateMpiCommunicator: MPI was initialised with ") +
-        (level == MPI_THREAD_SINGLE ? "MPI_THREAD_SINGLE" : "MPI_THREAD_FUNNELED") +
-        ", so only the main thread may call MPI; create and drive this communicator from the "
-        "main thread, or initialise MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, ...)");
-  }
-  // Every rank uses rank 0's tuning, so that all pick the same algorithms; rank 0 reads it
-  // before the agreement, so that a bad file stops every rank alike.
-  Result<model::Tuning> tuning = model::DefaultTuning();
-  if (local.ok() && rank == 0) {
-    tuning = model::TuningFromFile(options.tuning_file);
-    if (!tuning.ok()) {
-      local = Status(tuning.status().code(), "CreateMpiCommunicator: " + tuning.status().message());
-    }
-  }
-  CHORUS_RETURN_IF_ERROR(Agree(comm, rank, local, options));
-  std::string text = rank == 0 ? model::FormatTuning(*tuning) : std::string();
-  int64_t length = static_cast<int64_t>(text.size());
-  if (const int rc = MPI_Bcast(&length, 1, MPI_INT64_T, 0, comm); rc != MPI_SUCCESS) {
-    return internal::MpiError("CreateMpiCommunicator: MPI_Bcast", rc);
-  }
-  text.resize(static_cast<size_t>(length));
-  if (const int rc = MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, 0, comm);
-      rc != MPI_SUCCESS) {
-    return internal::MpiError("CreateMpiCommunicator: MPI_Bcast", rc);
-  }
-  if (rank != 0) {
-    tuning = model::ParseTuning(text, "rank 0's tuning");
-    if (!tuning.ok()) return tuning.status();
-  }
-  auto transport = internal::MpiTransport::Connect(comm, options.segment_bytes,
-                                                   options.pipeline_depth, options.timeout);
-  if (!transport.ok()) return transport.status();
-  auto cores = AgreeOnCores(comm, **transport);
-  if (!cores.ok()) return cores.status();
-  return Communicator(
-      std::make_unique<internal::CommState>(std::move(transport).value(), TransportKind::kMpi,
-                                            options, tuning->For(TransportKind::kMpi), *cores));
-}
-
-}  // namespace chorus

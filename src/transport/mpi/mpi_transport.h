@@ -68,6 +68,9 @@
 
 namespace chorus::internal {
 
+// An MPI error code as a Status (kUnavailable): "mpi: <what>: <MPI's text for code>".
+[[nodiscard]] Status MpiError(const std::string& what, int code);
+
 class MpiTransport final : public ControlledTransport {
  public:
   // Collective over `comm` (every rank calls it; like MPI_Comm_dup, it cannot time out): dups
