@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "base/hash.h"
 
 namespace chorus::internal {
 namespace {
@@ -141,11 +142,10 @@ size_t Sum(std::span<const size_t> counts) { return BlockOffset(counts, static_c
 uint64_t CountsDigest(std::span<const size_t> counts) {
   // FNV-1a over the counts as 64-bit words: ranks that pass different arrays differ here but
   // for a one-in-2^64 accident (and then the block lengths still fail the call).
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnvBasis;
   for (size_t n : counts) {
     for (int byte = 0; byte < 8; ++byte) {
-      h ^= (static_cast<uint64_t>(n) >> (8 * byte)) & 0xff;
-      h *= 0x100000001b3ull;
+      h = FnvStep(h, static_cast<uint8_t>(static_cast<uint64_t>(n) >> (8 * byte)));
     }
   }
   return h;

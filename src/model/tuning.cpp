@@ -20,6 +20,8 @@
 #include <system_error>
 #include <utility>
 
+#include "base/errno_text.h"
+
 namespace chorus::model {
 namespace {
 
@@ -150,7 +152,8 @@ Result<Tuning> LoadTuning(const std::string& path) {
     return InvalidArgument("cannot read tuning file " + path + ": it is a directory");
   }
   std::ifstream in(path);
-  if (!in) return InvalidArgument("cannot read tuning file " + path + ": " + std::strerror(errno));
+  if (!in)
+    return InvalidArgument("cannot read tuning file " + path + ": " + internal::ErrnoText(errno));
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) return InvalidArgument("cannot read tuning file " + path);
@@ -225,10 +228,10 @@ Status SaveTuning(const std::string& path, const Tuning& tuning, std::string_vie
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::trunc);
-    if (!out) return Unavailable("cannot write " + temporary + ": " + std::strerror(errno));
+    if (!out) return Unavailable("cannot write " + temporary + ": " + internal::ErrnoText(errno));
     out << FormatTuning(tuning, comment);
     out.flush();
-    if (!out) return Unavailable("cannot write " + temporary + ": " + std::strerror(errno));
+    if (!out) return Unavailable("cannot write " + temporary + ": " + internal::ErrnoText(errno));
   }
   fs::rename(temporary, target, ec);
   if (ec) {

@@ -22,6 +22,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/bytes.h"
+#include "base/errno_text.h"
+
 namespace chorus::internal {
 namespace {
 
@@ -50,26 +53,6 @@ void EnsureSodium() {
     }
     return true;
   }();
-}
-
-std::string ErrnoString(int err) {
-  const char* text = strerrordesc_np(err);
-  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
-}
-
-void PutU16(std::string* out, uint16_t v) {
-  out->push_back(static_cast<char>(v >> 8));
-  out->push_back(static_cast<char>(v & 0xff));
-}
-
-void PutU32(std::string* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8)
-    out->push_back(static_cast<char>((v >> shift) & 0xff));
-}
-
-uint16_t LoadU16(const char* p) {
-  return static_cast<uint16_t>((static_cast<unsigned char>(p[0]) << 8) |
-                               static_cast<unsigned char>(p[1]));
 }
 
 std::string Header(uint16_t last) {
@@ -140,13 +123,13 @@ Result<std::string> ReadSecretFile(const std::string& path) {
   const std::string where = "secret file " + path;
   // O_NONBLOCK: a FIFO at `path` must be refused below, not block the open.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0) return InvalidArgument(where + ": cannot open: " + ErrnoString(errno));
+  if (fd < 0) return InvalidArgument(where + ": cannot open: " + ErrnoText(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return InvalidArgument(where + ": " + ErrnoString(errno));
+  if (::fstat(fd, &st) != 0) return InvalidArgument(where + ": " + ErrnoText(errno));
   if (!S_ISREG(st.st_mode)) return InvalidArgument(where + ": not a regular file");
   if ((st.st_mode & 077) != 0) {
     return InvalidArgument(where + " has mode " + OctalMode(st.st_mode) +
@@ -163,7 +146,7 @@ Result<std::string> ReadSecretFile(const std::string& path) {
   while (true) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return InvalidArgument(where + ": read: " + ErrnoString(errno));
+    if (n < 0) return InvalidArgument(where + ": read: " + ErrnoText(errno));
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
     if (text.size() > static_cast<size_t>(kMaxSecretFileBytes)) {
@@ -398,7 +381,7 @@ Status RunHandshake(int fd, Handshake& handshake, Deadline deadline) {
         if (errno == EPIPE || errno == ECONNRESET) {
           return Unavailable("the peer closed the connection during the handshake (wrong secret?)");
         }
-        return Unavailable("handshake: send: " + ErrnoString(errno));
+        return Unavailable("handshake: send: " + ErrnoText(errno));
       }
     }
     if (const size_t want = handshake.wanted(); want > 0) {
@@ -409,7 +392,7 @@ Status RunHandshake(int fd, Handshake& handshake, Deadline deadline) {
       } else if (n == 0 || errno == ECONNRESET) {
         return Unavailable("the peer closed the connection during the handshake (wrong secret?)");
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return Unavailable("handshake: recv: " + ErrnoString(errno));
+        return Unavailable("handshake: recv: " + ErrnoText(errno));
       }
     }
     if (moved) continue;
@@ -421,7 +404,7 @@ Status RunHandshake(int fd, Handshake& handshake, Deadline deadline) {
     const int64_t ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, INT_MAX)));
-    if (rc < 0 && errno != EINTR) return Unavailable("handshake: poll: " + ErrnoString(errno));
+    if (rc < 0 && errno != EINTR) return Unavailable("handshake: poll: " + ErrnoText(errno));
     // Ready, hung up or in error: the next send or recv says which.
   }
   return Status::Ok();

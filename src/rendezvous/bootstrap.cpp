@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/errno_text.h"
 #include "net/auth.h"
 
 namespace chorus::internal {
@@ -28,14 +29,14 @@ Status Publish(const std::string& path, const std::string& text) {
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return Unavailable("Create: cannot write the bootstrap file " + temp + ": " +
-                       std::strerror(errno) + " (set CHORUS_BOOTSTRAP_DIR or CHORUS_STORE)");
+                       internal::ErrnoText(errno) + " (set CHORUS_BOOTSTRAP_DIR or CHORUS_STORE)");
   }
   const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   close(fd);
   if (!ok || rename(temp.c_str(), path.c_str()) != 0) {
     unlink(temp.c_str());
     return Unavailable("Create: cannot publish the bootstrap file " + path + ": " +
-                       std::strerror(errno));
+                       internal::ErrnoText(errno));
   }
   return Status::Ok();
 }

@@ -29,6 +29,7 @@
 #include <optional>
 #include <thread>
 
+#include "base/hash.h"
 #include "rendezvous/store_internal.h"
 
 namespace chorus {
@@ -50,12 +51,11 @@ constexpr char kHex[] = "0123456789ABCDEF";
 // FNV-1a with a caller-chosen basis; two passes with different bases and directions give 128
 // bits, plenty to make an accidental clash among one job's keys implausible (and a clash would
 // still be detected, because the file stores its key).
-uint64_t Fnv1a(uint64_t basis, const std::string& key, bool reverse) {
+uint64_t KeyHash(uint64_t basis, const std::string& key, bool reverse) {
+  if (!reverse) return internal::Fnv1a(key, basis);
   uint64_t h = basis;
-  for (size_t i = 0; i < key.size(); ++i) {
-    h ^= static_cast<unsigned char>(key[reverse ? key.size() - 1 - i : i]);
-    h *= 0x100000001b3ULL;
-  }
+  for (auto c = key.rbegin(); c != key.rend(); ++c)
+    h = internal::FnvStep(h, static_cast<uint8_t>(*c));
   return h;
 }
 
@@ -76,7 +76,7 @@ std::string FileName(const std::string& key) {
   if (name.size() <= kMaxEncodedName) return name;
   std::string hashed = "~";
   for (const uint64_t h :
-       {Fnv1a(0xcbf29ce484222325ULL, key, false), Fnv1a(0x84222325cbf29ce4ULL, key, true)}) {
+       {KeyHash(internal::kFnvBasis, key, false), KeyHash(0x84222325cbf29ce4ULL, key, true)}) {
     for (int shift = 60; shift >= 0; shift -= 4) hashed += kHex[(h >> shift) & 15];
   }
   return hashed;

@@ -24,20 +24,15 @@
 #include <utility>
 #include <vector>
 
-#include "chorus/store.h"
+#include "base/errno_text.h"
 #include "base/unique_fd.h"
 #include "base/wait.h"
+#include "chorus/store.h"
 
 namespace chorus::internal {
 
 using StoreClock = std::chrono::steady_clock;
 using StoreDeadline = StoreClock::time_point;
-
-// "Connection refused"; strerror() is not thread-safe, strerrordesc_np() is.
-inline std::string ErrnoText(int err) {
-  const char* text = strerrordesc_np(err);
-  return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
-}
 
 // DeadlineAfter (now + timeout, saturating) is base/wait.h's: one definition for the stores and
 // the communicator, since a file that includes both headers cannot have two.

@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/bytes.h"
 #include "chorus/store.h"
 
 namespace chorus::internal::tcp_store {
@@ -57,31 +58,17 @@ enum class HelloStatus : uint16_t { kAccepted = 0, kBadVersion = 1 };
 enum class Op : uint8_t { kSet = 1, kGet, kAdd, kWait, kDelete, kCheck };
 enum class ReplyStatus : uint8_t { kOk = 0, kError = 1, kMissing = 2 };
 
-inline void PutU16(std::string* out, uint16_t v) {
-  out->push_back(static_cast<char>(v >> 8));
-  out->push_back(static_cast<char>(v & 0xff));
-}
-inline void PutU32(std::string* out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8)
-    out->push_back(static_cast<char>((v >> shift) & 0xff));
-}
-inline void PutU64(std::string* out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8)
-    out->push_back(static_cast<char>((v >> shift) & 0xff));
-}
+// The integers' codec is base/bytes.h's; the protocol's users name it as proto::PutU32 etc.
+using internal::LoadU16;
+using internal::LoadU32;
+using internal::LoadU64;
+using internal::PutU16;
+using internal::PutU32;
+using internal::PutU64;
+
 inline void PutBytes(std::string* out, std::string_view bytes) {
   PutU32(out, static_cast<uint32_t>(bytes.size()));
   out->append(bytes);
-}
-
-inline uint32_t LoadU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
-inline uint16_t LoadU16(const char* p) {
-  return static_cast<uint16_t>((static_cast<unsigned char>(p[0]) << 8) |
-                               static_cast<unsigned char>(p[1]));
 }
 
 inline std::string Hello(uint32_t magic, uint16_t version, uint16_t last) {

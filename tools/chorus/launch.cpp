@@ -184,7 +184,7 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
   plan.base_env = BaseEnvironment();
   plan.launcher = ::getpid();
   UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null.valid()) {
+  if (!dev_null) {
     Note("cannot open /dev/null: " + ErrnoText(errno));
     return kExitLauncherFailed;
   }
@@ -203,7 +203,7 @@ int RunLaunch(const LaunchFlags& flags, std::vector<std::string> command) {
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ignore, &plan.original_sigpipe);
   UniqueFd signal_fd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (!signal_fd.valid()) {
+  if (!signal_fd) {
     Note("signalfd: " + ErrnoText(errno));
     return kExitLauncherFailed;
   }

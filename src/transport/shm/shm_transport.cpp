@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/errno_text.h"
 
 namespace chorus::internal {
 namespace {
@@ -24,7 +25,7 @@ constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+std::string Errno(const char* what) { return std::string(what) + ": " + ErrnoText(errno); }
 
 // Written by rank 0 before the name is published; checked by every rank that attaches.
 struct Prelude {

@@ -3,11 +3,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <linux/sockios.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/errno_text.h"
 #include "base/log_limit.h"
 #include "base/pages.h"
 #include "base/unique_fd.h"
@@ -67,7 +68,7 @@ constexpr std::chrono::milliseconds kLastFlush{500};
 // census may find a lower rank it cannot ask.
 std::atomic<int> dial_all_up_to{kTcpDialAllUpTo};
 
-std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+std::string Errno(const char* what) { return std::string(what) + ": " + ErrnoText(errno); }
 
 struct Address {
   sockaddr_in addr{};
@@ -1119,7 +1120,7 @@ void TcpTransport::Advance(uint64_t id, uint32_t events) {
     socklen_t len = sizeof(error);
     getsockopt(p.fd.get(), SOL_SOCKET, SO_ERROR, &error, &len);
     if (error != 0) {
-      Drop(id, std::string("refused the connection (") + std::strerror(error) + ")");
+      Drop(id, std::string("refused the connection (") + ErrnoText(error) + ")");
       return;
     }
     p.connecting = false;

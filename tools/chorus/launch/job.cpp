@@ -58,7 +58,7 @@ Resolved ResolveProgram(const std::string& prog) {
 
 Result<std::string> MakeJobId() {
   UniqueFd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Unavailable("cannot open /dev/urandom: " + ErrnoText(errno));
+  if (!fd) return Unavailable("cannot open /dev/urandom: " + ErrnoText(errno));
   std::array<unsigned char, 8> bytes{};
   size_t got = 0;
   while (got < bytes.size()) {

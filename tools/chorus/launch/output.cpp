@@ -13,7 +13,7 @@ void OutputStream::Pump(size_t limit) {
   std::string out;
   std::array<char, kReadChunk> buffer;
   size_t total = 0;
-  while (fd.valid() && total < limit) {
+  while (fd && total < limit) {
     ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
     if (n > 0) {
       lines.Feed(std::string_view(buffer.data(), static_cast<size_t>(n)), out);

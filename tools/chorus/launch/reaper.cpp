@@ -33,7 +33,7 @@ void Reaper::Watch(pid_t group) const {
 }
 
 void Reaper::Done() {
-  if (!to_reaper_.valid()) return;
+  if (!to_reaper_) return;
   const int32_t done = 0;
   [[maybe_unused]] ssize_t n = ::write(to_reaper_.get(), &done, sizeof(done));
   to_reaper_ = UniqueFd();

@@ -150,7 +150,7 @@ Status SpawnRank(const ExecPlan& plan, const RankCommand& command, bool prefix, 
     if (!in.ok()) return in.status();
     stdin_pipe = std::move(*in);
   }
-  const int in_fd = stdin_pipe.valid() ? stdin_pipe.get() : plan.dev_null;
+  const int in_fd = stdin_pipe ? stdin_pipe.get() : plan.dev_null;
   const ExecArgs exec = PrepareExec(plan, command);
 
   pid_t pid = ::fork();

@@ -76,7 +76,7 @@ class Supervisor {
       streams.clear();
       for (Child& child : children_) {
         for (OutputStream* stream : {child.out.get(), child.err.get()}) {
-          if (!stream->fd.valid()) continue;
+          if (!stream->fd) continue;
           fds.push_back(pollfd{.fd = stream->fd.get(), .events = POLLIN, .revents = 0});
           streams.push_back(stream);
         }

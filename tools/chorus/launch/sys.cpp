@@ -16,8 +16,6 @@
 
 namespace chorus::cli::launch {
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
 void WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());

@@ -16,40 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "base/errno_text.h"
+#include "base/unique_fd.h"
 #include "chorus/status.h"
 
 namespace chorus::cli::launch {
 
-// Owns one file descriptor and closes it once.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { Reset(); }
+using internal::UniqueFd;
 
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// strerror(err).
-std::string ErrnoText(int err);
+using internal::ErrnoText;
 
 // Writes all of `data` to `fd`. Errors are dropped on purpose: when whoever reads our stdout has
 // gone away (EPIPE), the job must still be supervised to its end.
