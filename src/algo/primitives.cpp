@@ -11,7 +11,9 @@
 #include "base/stream_copy.h"
 
 namespace chorus::internal {
+namespace {
 
+// "allreduce #3 (count 8, float32, sum, ring)": a call in the errors that name two of them.
 std::string Describe(const CallTag& tag) {
   std::string s(CollectiveKindName(tag.kind));
   const CollectiveInfo& collective = Collective(tag.kind);
@@ -38,6 +40,8 @@ std::string Describe(const CallTag& tag) {
   }
   return s + ")";
 }
+
+}  // namespace
 
 Channel::Channel(const CallContext& ctx)
     : ctx_(ctx),

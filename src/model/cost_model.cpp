@@ -23,10 +23,24 @@ uint64_t ChunkElements(uint64_t count, int ranks, int chunk) {
   return count / p + (static_cast<uint64_t>(c) < count % p ? 1 : 0);
 }
 
-// The collectives the ring schedule implements.
-bool RingKind(CollectiveKind kind) {
-  return kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter ||
-         kind == CollectiveKind::kAllGather;
+// The ring schedule of each collective it implements: a reduce-scatter phase, an all-gather
+// phase, or both. A collective without a row has no ring schedule.
+struct RingPhases {
+  CollectiveKind kind;
+  bool reduce_scatter;
+  bool all_gather;
+};
+constexpr RingPhases kRingPhases[] = {
+    {CollectiveKind::kReduceScatter, true, false},
+    {CollectiveKind::kAllGather, false, true},
+    {CollectiveKind::kAllReduce, true, true},
+};
+
+const RingPhases* PhasesOf(CollectiveKind kind) {
+  for (const RingPhases& row : kRingPhases) {
+    if (row.kind == kind) return &row;
+  }
+  return nullptr;
 }
 
 double Seconds(const RingCost& cost, const MachineParams& params) {
@@ -39,7 +53,8 @@ double Seconds(const RingCost& cost, const MachineParams& params) {
 
 RingCost Ring(CollectiveKind kind, int ranks, int rank, size_t count, DataType dtype) {
   RingCost cost;
-  if (ranks < 1 || rank < 0 || rank >= ranks || !RingKind(kind)) return cost;
+  const RingPhases* phases = PhasesOf(kind);
+  if (ranks < 1 || rank < 0 || rank >= ranks || phases == nullptr) return cost;
   // One rank copies locally (if at all), and an empty buffer sends nothing: no messages.
   if (ranks == 1 || count == 0) return cost;
 
@@ -50,26 +65,19 @@ RingCost Ring(CollectiveKind kind, int ranks, int rank, size_t count, DataType d
   const uint64_t next = ChunkElements(count, ranks, rank + 1) * elem;
   const int phase_steps = ranks - 1;
 
-  switch (kind) {
-    case CollectiveKind::kReduceScatter:
-      cost.bytes_sent = total - own;
-      cost.bytes_received = total - prev;
-      cost.bytes_reduced = cost.bytes_received;  // every received element meets one input element
-      cost.steps = phase_steps;
-      break;
-    case CollectiveKind::kAllGather:
-      cost.bytes_sent = total - next;
-      cost.bytes_received = total - own;
-      cost.steps = phase_steps;
-      break;
-    case CollectiveKind::kAllReduce:
-      cost.bytes_sent = (total - own) + (total - next);
-      cost.bytes_received = (total - prev) + (total - own);
-      cost.bytes_reduced = total - prev;  // only the reduce-scatter half combines
-      cost.steps = 2 * phase_steps;
-      break;
-    default:
-      break;
+  // Reduce-scatter: sends every chunk but its own, receives (and reduces into its input) every
+  // chunk but the previous rank's. All-gather: sends every chunk but the next rank's, receives
+  // every chunk but its own.
+  if (phases->reduce_scatter) {
+    cost.bytes_sent += total - own;
+    cost.bytes_received += total - prev;
+    cost.bytes_reduced += total - prev;
+    cost.steps += phase_steps;
+  }
+  if (phases->all_gather) {
+    cost.bytes_sent += total - next;
+    cost.bytes_received += total - own;
+    cost.steps += phase_steps;
   }
   return cost;
 }
@@ -98,28 +106,24 @@ double RingTime(CollectiveKind kind, int ranks, size_t count, DataType dtype,
 }
 
 double RingBytesClosedForm(CollectiveKind kind, int ranks, double bytes) {
-  if (ranks <= 1 || !(bytes > 0.0) || !RingKind(kind)) return 0.0;
+  if (ranks <= 1 || !(bytes > 0.0) || PhasesOf(kind) == nullptr) return 0.0;
   return internal::Collective(kind).model_bytes(ranks) * bytes;
 }
 
 double RingTimeClosedForm(CollectiveKind kind, int ranks, double bytes,
                           const MachineParams& params) {
-  if (ranks <= 1 || !(bytes > 0.0) || !RingKind(kind)) return 0.0;
+  const RingPhases* phases = PhasesOf(kind);
+  if (ranks <= 1 || !(bytes > 0.0) || phases == nullptr) return 0.0;
   const double steps = ranks - 1;
   const double share = steps / ranks * bytes;  // (p-1)/p n
-  switch (kind) {
-    case CollectiveKind::kAllGather:
-      return steps * params.alpha_s + share * params.beta_s_per_byte;
-    case CollectiveKind::kReduceScatter:
-      return steps * params.alpha_s + share * params.beta_s_per_byte +
-             share * params.gamma_s_per_byte;
-    case CollectiveKind::kAllReduce:
-      return 2.0 * steps * params.alpha_s + 2.0 * share * params.beta_s_per_byte +
-             share * params.gamma_s_per_byte;
-    default:
-      break;
+  // Each phase: p-1 steps moving (p-1)/p n; the reduce-scatter also reduces what it receives.
+  double seconds = 0.0;
+  if (phases->reduce_scatter) {
+    seconds +=
+        steps * params.alpha_s + share * params.beta_s_per_byte + share * params.gamma_s_per_byte;
   }
-  return 0.0;
+  if (phases->all_gather) seconds += steps * params.alpha_s + share * params.beta_s_per_byte;
+  return seconds;
 }
 
 double BusBandwidthFactor(CollectiveKind kind, int ranks) {

@@ -26,9 +26,6 @@
 
 namespace chorus::internal {
 
-// "allreduce #3 (count 8, float32, sum)".
-std::string Describe(const CallTag& tag);
-
 struct Message {
   const void* data = nullptr;
   size_t bytes = 0;
