@@ -22,6 +22,8 @@
 #include <string>
 #include <thread>
 
+#include "support/temp_dir.h"
+
 namespace chorus::internal {
 namespace {
 
@@ -428,22 +430,14 @@ TEST(Secret, GenerateGivesSixtyFourFreshHexDigits) {
 
 class SecretFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/chorus-auth-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string Write(const std::string& name, const std::string& content, mode_t mode) {
     const std::string path = dir_ + "/" + name;
     std::ofstream(path, std::ios::binary) << content;
     EXPECT_EQ(chmod(path.c_str(), mode), 0);
     return path;
   }
-  std::string dir_;
+  const testing::TempDir tmp_{"chorus-auth-test"};
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(SecretFile, PrivateFileGivesTheSameKeyAsTheText) {

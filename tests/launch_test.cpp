@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/temp_dir.h"
 #include "support/timing.h"
 
 #ifndef CHORUS_CLI
@@ -203,16 +204,10 @@ Outcome Launch(const std::vector<std::string>& args,
 // A fresh directory for marker files, removed afterwards.
 class LaunchTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "chorus-launch-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Dir() const { return dir_.string(); }
 
-  fs::path dir_;
+  const chorus::testing::TempDir tmp_{"chorus-launch-test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 // ------------------------------------------------------------------ exit status

@@ -15,6 +15,7 @@
 #include "model/algorithm_cost.h"
 #include "model/tuning.h"
 #include "support/spawn.h"
+#include "support/temp_dir.h"
 
 namespace chorus::internal {
 namespace {
@@ -212,16 +213,6 @@ TEST(Select, SelectorRemembersOnlyWhatStillHolds) {
 // sent, naming the file and line.
 class SelectTuning : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ =
-        std::filesystem::temp_directory_path() / ("chorus-select-test-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
-
   // Bytes rank 0 sent for one 64 KiB all-reduce of 4 TCP ranks (forked, so each reads the
   // file as a separate job would), or a description of what went wrong.
   std::string SentBy4TcpRanks(const std::string& run, const std::string& tuning_file) {
@@ -250,7 +241,8 @@ class SelectTuning : public ::testing::Test {
     return report;
   }
 
-  std::filesystem::path dir_;
+  const testing::TempDir tmp_{"chorus-select-test"};
+  const std::filesystem::path dir_ = tmp_.path();
 };
 
 TEST_F(SelectTuning, TcpRanksFollowTheTuningFile) {

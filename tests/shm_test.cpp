@@ -19,33 +19,20 @@
 
 #include "chorus/chorus.h"
 #include "base/wait.h"
+#include "support/fork_checks.h"
 #include "support/matrix.h"
 #include "support/spawn.h"
+#include "support/temp_dir.h"
 
 namespace chorus {
 namespace {
 
+using testing::ExpectAllOk;
 using testing::ForkRanks;
 using ::testing::HasSubstr;
 using testing::RankExit;
+using testing::TempDir;
 namespace fs = std::filesystem;
-
-// A fresh directory for a file store; removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string url() const { return "file://" + path_; }
-
- private:
-  std::string path_;
-};
 
 // Segments rank 0 (process `rank0`) created and left behind; their names carry its pid.
 std::vector<std::string> LeftoverSegments(pid_t rank0) {
@@ -74,13 +61,6 @@ std::string Join(const std::vector<std::string>& lines) {
   std::string s;
   for (const std::string& line : lines) s += line + "\n";
   return s;
-}
-
-void ExpectAllOk(const std::vector<RankExit>& exits) {
-  for (size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_TRUE(exits[r].ok()) << "rank " << r << " status " << exits[r].status << ": "
-                               << exits[r].report;
-  }
 }
 
 class ShmMatrix : public ::testing::TestWithParam<testing::MatrixGroupParam> {};
@@ -328,27 +308,9 @@ TEST(ShmCreate, RecreatingWithTheSameStoreAndNameStartsAfresh) {
 
 TEST(ShmFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
   const TempDir dir;
-  const auto start = std::chrono::steady_clock::now();
-  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
-    CommOptions o = ShmOptions(rank, 4, dir.url());
-    o.timeout = std::chrono::seconds(20);
-    auto comm = Communicator::Create(o);
-    if (!comm.ok()) return comm.status().ToString();
-    std::vector<float> v(1 << 18, 1.0f);
-    for (int i = 0;; ++i) {
-      if (rank == 2 && i == 5) raise(SIGKILL);  // dies between its 5th and 6th call
-      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kSum);
-      if (s.ok()) continue;
-      if (s.code() != StatusCode::kUnavailable) return "wrong code: " + s.ToString();
-      if (s.message().find("rank 2") == std::string::npos) return "no rank 2 in: " + s.ToString();
-      return "";
-    }
-  });
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int r : {0, 1, 3}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
-  EXPECT_TRUE(WIFSIGNALED(exits[2].status) && WTERMSIG(exits[2].status) == SIGKILL);
-  EXPECT_LT(seconds, 20.0);  // found through the pidfd, not the deadline
+  // Found through the pidfd, not the deadline.
+  const std::vector<RankExit> exits = testing::RunKilledRankTrial(
+      {.options = [&](int rank) { return ShmOptions(rank, 4, dir.url()); }, .elements = 1 << 18});
   EXPECT_THAT(LeftoverSegments(exits[0].pid), ::testing::IsEmpty());
 }
 

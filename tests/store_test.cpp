@@ -35,6 +35,7 @@
 #include "rendezvous/tcp_protocol.h"
 #include "support/raw_socket.h"
 #include "support/store_process.h"
+#include "support/temp_dir.h"
 #include "support/timing.h"
 
 namespace chorus {
@@ -47,6 +48,7 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using Clock = std::chrono::steady_clock;
+using testing::TempDir;
 
 constexpr milliseconds kLong = seconds(20);  // for waits that must succeed
 // Every TcpStore client and server of these tests shares it (store_auth_test covers others).
@@ -65,26 +67,6 @@ T Must(Result<T> result) {
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// A fresh directory under /tmp, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/chorus-store-test-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 enum class Kind { kHash, kFile, kTcp, kPrefixedTcp };
 

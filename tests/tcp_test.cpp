@@ -16,35 +16,23 @@
 
 #include "chorus/chorus.h"
 #include "net/auth.h"
+#include "support/fork_checks.h"
 #include "support/matrix.h"
 #include "support/raw_socket.h"
 #include "support/spawn.h"
+#include "support/temp_dir.h"
 
 namespace chorus {
 namespace {
 
+using testing::ExpectAllOk;
 using testing::ForkRanks;
 using testing::MatrixParam;
 using testing::RankExit;
+using testing::TempDir;
 namespace fs = std::filesystem;
 
 constexpr char kSecret[] = "tcp-test-secret";
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "chorus-tcp-test-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string url() const { return "file://" + path_; }
-
- private:
-  std::string path_;
-};
 
 CommOptions TcpOptions(int rank, int size, const std::string& store_url) {
   CommOptions o;
@@ -62,13 +50,6 @@ std::string Join(const std::vector<std::string>& lines) {
   std::string s;
   for (const std::string& line : lines) s += line + "\n";
   return s;
-}
-
-void ExpectAllOk(const std::vector<RankExit>& exits) {
-  for (size_t r = 0; r < exits.size(); ++r) {
-    EXPECT_TRUE(exits[r].ok()) << "rank " << r << " status " << exits[r].status << ": "
-                               << exits[r].report;
-  }
 }
 
 // One communicator per algorithm and rank count runs every count case (in the sanitizer builds
@@ -255,29 +236,10 @@ TEST(TcpCreate, RanksWithDifferentSecretsNeverExchangeData) {
 
 TEST(TcpFailure, KilledRankIsNamedByEverySurvivorWithinTheTimeout) {
   const TempDir dir;
-  const auto start = std::chrono::steady_clock::now();
-  const auto exits = ForkRanks(4, [&](int rank) -> std::string {
-    CommOptions o = TcpOptions(rank, 4, dir.url());
-    o.timeout = std::chrono::seconds(20);
-    auto comm = Communicator::Create(o);
-    if (!comm.ok()) return comm.status().ToString();
-    std::vector<float> v(1 << 16, 1.0f);
-    for (int i = 0;; ++i) {
-      if (rank == 2 && i == 5) raise(SIGKILL);  // dies between its 5th and 6th call
-      const Status s = comm->AllReduce(std::span<float>(v), ReduceOp::kSum);
-      if (s.ok()) continue;
-      if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kAborted) {
-        return "wrong code: " + s.ToString();
-      }
-      if (s.message().find("rank 2") == std::string::npos) return "no rank 2 in: " + s.ToString();
-      return "";
-    }
-  });
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (int r : {0, 1, 3}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
-  EXPECT_TRUE(WIFSIGNALED(exits[2].status) && WTERMSIG(exits[2].status) == SIGKILL);
-  EXPECT_LT(seconds, 20.0);  // found from the closed connection, not the deadline
+  // Found from the closed connection, not the deadline.
+  testing::RunKilledRankTrial({.options = [&](int rank) { return TcpOptions(rank, 4, dir.url()); },
+                               .elements = 1 << 16,
+                               .aborted_too = true});
 }
 
 // ---------------------------------------------------------------- strangers

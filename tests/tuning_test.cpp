@@ -20,6 +20,7 @@
 
 #include "chorus/communicator.h"
 #include "core/env.h"
+#include "support/temp_dir.h"
 
 namespace chorus::model {
 namespace {
@@ -55,15 +56,6 @@ class ScopedEnv {
 
 class TuningTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("chorus_tuning_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& text) {
     const fs::path path = dir_ / name;
     std::ofstream(path) << text;
@@ -75,7 +67,8 @@ class TuningTest : public ::testing::Test {
     return t.ok() ? "" : t.status().message();
   }
 
-  fs::path dir_;
+  const chorus::testing::TempDir tmp_{"chorus-tuning-test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 void ExpectSameRates(const MachineParams& a, const MachineParams& b) {

@@ -1,18 +1,23 @@
 // Test helper: a fresh directory under the system's temporary directory (for file stores and
-// the like), removed with everything in it when the object goes.
+// the like), removed with everything in it when the object goes. Every test that needs a
+// directory of its own uses this one.
 #pragma once
 
 #include <stdlib.h>
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace chorus::testing {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "chorus-test-XXXXXX").string();
+  // The directory is `prefix` and six random characters, so that one left by a crashed test
+  // says which test it was.
+  explicit TempDir(std::string_view prefix = "chorus-test") {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / (std::string(prefix) + "-XXXXXX")).string();
     if (mkdtemp(pattern.data()) == nullptr) std::abort();
     path_ = pattern;
   }

@@ -33,7 +33,7 @@
 
 #include "chorus/chorus.h"
 #include "commands.h"
-#include "core/collectives.h"
+#include "base/collectives.h"
 #include "model/cost_model.h"
 #include "rank_group.h"
 #include "tuning_env.h"
