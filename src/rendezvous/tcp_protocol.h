@@ -1,5 +1,6 @@
-// The TcpStore wire protocol, shared by the client and the server (tcp_store.cpp) and by tests
-// that speak it by hand to see how the server treats a misbehaving peer.
+// The TcpStore wire protocol, shared by the client (tcp_store_client.cpp) and the server
+// (tcp_store_server.h) and by tests that speak it by hand to see how the server treats a
+// misbehaving peer.
 //
 // A connection goes through stages, each a separate step in the server:
 //   1. hello     client -> server: magic u32 | version u16 | zero u16           (8 bytes)
