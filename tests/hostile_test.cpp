@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/chorus.h"
 #include "base/log_limit.h"
 #include "base/unique_fd.h"
+#include "chorus/chorus.h"
 #include "support/group.h"
 #include "support/store_process.h"
 #include "support/timing.h"

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/chorus.h"
 #include "base/wait.h"
+#include "chorus/chorus.h"
 #include "support/fork_checks.h"
 #include "support/matrix.h"
 #include "support/spawn.h"

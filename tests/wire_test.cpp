@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/chorus.h"
 #include "base/unique_fd.h"
+#include "chorus/chorus.h"
 #include "support/group.h"
 #include "support/matrix.h"
 

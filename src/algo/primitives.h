@@ -21,8 +21,8 @@
 #include <cstddef>
 #include <span>
 
-#include "chorus/communicator.h"
 #include "base/wait.h"
+#include "chorus/communicator.h"
 #include "reduce/reduce.h"
 #include "transport/transport.h"
 

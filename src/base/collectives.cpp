@@ -137,7 +137,9 @@ size_t BlockOffset(std::span<const size_t> counts, int j) {
   return offset;
 }
 
-size_t Sum(std::span<const size_t> counts) { return BlockOffset(counts, static_cast<int>(counts.size())); }
+size_t Sum(std::span<const size_t> counts) {
+  return BlockOffset(counts, static_cast<int>(counts.size()));
+}
 
 uint64_t CountsDigest(std::span<const size_t> counts) {
   // FNV-1a over the counts as 64-bit words: ranks that pass different arrays differ here but
@@ -160,10 +162,10 @@ CallCounts VariedCountsOf(const CollectiveInfo& c, const CallArgs& call, int ran
     return static_cast<size_t>(rank) < v.size() ? v[static_cast<size_t>(rank)] : 0;
   };
   // Off the root a rooted call's p-block buffer is not used; its one block is what it passed.
-  counts.send = send_is_p ? (at_root ? Sum(call.send_counts) : 0)
+  counts.send = send_is_p              ? (at_root ? Sum(call.send_counts) : 0)
                 : recv_is_p && at_root ? own(call.recv_counts)
                                        : call.send.count;
-  counts.recv = recv_is_p ? (at_root ? Sum(call.recv_counts) : 0)
+  counts.recv = recv_is_p              ? (at_root ? Sum(call.recv_counts) : 0)
                 : send_is_p && at_root ? own(call.send_counts)
                                        : call.recv.count;
   if (CountsShared(c)) counts.total = Sum(send_is_p ? call.send_counts : call.recv_counts);

@@ -10,9 +10,9 @@
 
 #include "algo/primitives.h"
 #include "algo/select.h"
-#include "chorus/communicator.h"
 #include "base/collectives.h"
 #include "base/wait.h"
+#include "chorus/communicator.h"
 #include "model/cost_model.h"
 #include "transport/transport.h"
 

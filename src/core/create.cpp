@@ -23,7 +23,6 @@
 #include "chorus/communicator.h"
 #include "core/comm_state.h"
 #include "core/meet.h"
-#include "transport/tcp/wire.h"
 #include "core/validate.h"
 #include "model/tuning.h"
 #include "net/auth.h"
@@ -31,6 +30,7 @@
 #include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/tcp/wire.h"
 #include "transport/thread/thread_transport.h"
 
 namespace chorus {

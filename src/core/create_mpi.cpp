@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
+#include "base/hash.h"
 #include "chorus/mpi.h"
 #include "core/comm_state.h"
 #include "core/validate.h"
 #include "model/tuning.h"
 #include "transport/mpi/mpi_transport.h"
-#include "base/hash.h"
 
 namespace chorus {
 

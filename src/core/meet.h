@@ -30,8 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "chorus/store.h"
 #include "base/wait.h"
+#include "chorus/store.h"
 
 namespace chorus::internal {
 

@@ -4,8 +4,8 @@
 #include <array>
 #include <string>
 
-#include "chorus/communicator.h"
 #include "base/collectives.h"
+#include "chorus/communicator.h"
 
 namespace chorus {
 namespace {

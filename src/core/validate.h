@@ -5,9 +5,9 @@
 
 #include <cstddef>
 
+#include "base/collectives.h"
 #include "chorus/communicator.h"
 #include "chorus/status.h"
-#include "base/collectives.h"
 
 namespace chorus::internal {
 

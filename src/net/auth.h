@@ -32,8 +32,8 @@
 #include <string>
 #include <string_view>
 
-#include "chorus/status.h"
 #include "base/wait.h"
+#include "chorus/status.h"
 
 namespace chorus::internal {
 
@@ -77,8 +77,7 @@ class Handshake {
   // Acceptor: the dialer's first message (its claim) has arrived; claim() holds it, not yet
   // proved. A caller may turn away a claim it does not expect without waiting for the proof.
   bool claimed() const {
-    return role_ == Role::kAcceptor &&
-           (step_ == Step::kAwaitProof || step_ == Step::kDone);
+    return role_ == Role::kAcceptor && (step_ == Step::kAwaitProof || step_ == Step::kDone);
   }
   const std::string& claim() const { return claim_; }
 

@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "chorus/store.h"
 #include "base/wait.h"
+#include "chorus/store.h"
 
 namespace chorus::internal {
 

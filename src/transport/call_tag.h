@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "chorus/communicator.h"
 #include "base/wait.h"
+#include "chorus/communicator.h"
 
 namespace chorus::internal {
 

@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <string>
 
-#include "chorus/status.h"
 #include "base/check.h"
 #include "base/wait.h"
+#include "chorus/status.h"
 #include "transport/transport.h"
 
 namespace chorus::internal {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "base/wait.h"
 #include "chorus/communicator.h"
 #include "chorus/status.h"
-#include "base/wait.h"
 #include "transport/call_tag.h"
 #include "transport/census.h"
 

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "algo/select.h"
-#include "chorus/chorus.h"
 #include "base/collectives.h"
+#include "chorus/chorus.h"
 #include "support/group.h"
 #include "support/pattern.h"
 #include "support/test_bytes.h"

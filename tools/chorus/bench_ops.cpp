@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
+#include "base/collectives.h"
 #include "bench_check.h"
 #include "bench_config.h"
 #include "bench_rank.h"
 #include "chorus/chorus.h"
-#include "base/collectives.h"
 
 namespace chorus::cli {
 

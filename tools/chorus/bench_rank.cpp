@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/collectives.h"
 #include "bench_config.h"
 #include "chorus/chorus.h"
-#include "base/collectives.h"
 #include "rank_group.h"
 
 namespace chorus::cli {

@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "algo/select.h"
+#include "base/collectives.h"
 #include "bench_check.h"
 #include "bench_config.h"
 #include "chorus/chorus.h"
-#include "base/collectives.h"
 #include "rank_group.h"
 
 namespace chorus::cli {

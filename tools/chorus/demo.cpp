@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "base/collectives.h"
 #include "chorus/chorus.h"
 #include "commands.h"
-#include "base/collectives.h"
 #include "model/cost_model.h"
 #include "rank_group.h"
 #include "tuning_env.h"

@@ -17,9 +17,9 @@
 #include <string>
 #include <string_view>
 
+#include "base/errno_text.h"
 #include "base/pages.h"
 #include "transport/tcp/tcp_transport_internal.h"
-#include "base/errno_text.h"
 
 namespace chorus::internal::tcp {
 namespace {

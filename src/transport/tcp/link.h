@@ -16,8 +16,8 @@
 #include <optional>
 #include <string>
 
-#include "chorus/status.h"
 #include "base/pages.h"
+#include "chorus/status.h"
 #include "transport/control.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/socket.h"

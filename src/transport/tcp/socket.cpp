@@ -1,6 +1,5 @@
 // The TCP transport's socket helpers (see socket.h).
 #include "transport/tcp/socket.h"
-#include "base/errno_text.h"
 
 #include <arpa/inet.h>
 #include <linux/sockios.h>
@@ -12,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "base/errno_text.h"
 
 namespace chorus::internal::tcp {
 

@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "chorus/status.h"
 #include "base/unique_fd.h"
+#include "chorus/status.h"
 
 namespace chorus::internal::tcp {
 

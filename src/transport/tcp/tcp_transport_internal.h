@@ -22,10 +22,10 @@
 #include <thread>
 #include <vector>
 
-#include "chorus/status.h"
 #include "base/log_limit.h"
 #include "base/unique_fd.h"
 #include "base/wait.h"
+#include "chorus/status.h"
 #include "net/auth.h"
 #include "transport/control.h"
 #include "transport/tcp/connector.h"
