@@ -7,8 +7,6 @@
 //      several hosts -> TCP. CommOptions::transport may force shm or TCP.
 //   4. The transport connects through the same store.
 #include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -26,6 +24,7 @@
 #include "core/validate.h"
 #include "model/tuning.h"
 #include "net/auth.h"
+#include "net/interface.h"
 #include "rendezvous/bootstrap.h"
 #include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"
@@ -179,27 +178,16 @@ Result<std::string> ListenAddress(const std::string& listen, bool one_host) {
   in_addr parsed{};
   if (!listen.empty() && inet_pton(AF_INET, listen.c_str(), &parsed) == 1) return listen;
   if (listen.empty() && one_host) return std::string("127.0.0.1");
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return Unavailable("Create: getifaddrs failed");
-  std::string found;
-  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if (!(i->ifa_flags & IFF_UP)) continue;
-    const bool wanted = listen.empty() ? !(i->ifa_flags & IFF_LOOPBACK) : listen == i->ifa_name;
-    if (!wanted) continue;
-    char text[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
-    found = text;
-  }
-  freeifaddrs(list);
-  if (found.empty()) {
+  Result<std::optional<std::string>> found = internal::InterfaceIpv4(listen);
+  if (!found.ok()) return Unavailable("Create: " + found.status().message());
+  if (!*found) {
     return InvalidArgument(listen.empty()
                                ? std::string("Create: the ranks span hosts but this host has no "
                                              "IPv4 interface up to listen on besides loopback")
                                : "Create: options.listen (\"" + listen +
                                      "\") is neither an IPv4 address nor an interface with one");
   }
-  return found;
+  return **found;
 }
 
 // The host layout when every host holds the same number (> 1) of ranks; else nullopt.

@@ -1,18 +1,13 @@
 // sys.cpp: the small OS helpers of `chorus launch` (sys.h).
 #include "launch/sys.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 
 #include <cerrno>
 #include <cstring>
-#include <memory>
 
 namespace chorus::cli::launch {
 
@@ -60,25 +55,6 @@ void EnsureStandardFdsOpen() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
   }
-}
-
-Result<std::optional<std::string>> InterfaceIpv4(const std::string& name) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return Unavailable("getifaddrs: " + ErrnoText(errno));
-  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owner(list, ::freeifaddrs);
-  for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
-    if (ifa->ifa_addr == nullptr || ifa->ifa_addr->sa_family != AF_INET) continue;
-    if (name.empty() ? ((ifa->ifa_flags & IFF_UP) == 0 || (ifa->ifa_flags & IFF_LOOPBACK) != 0)
-                     : name != ifa->ifa_name) {
-      continue;
-    }
-    sockaddr_in addr{};
-    std::memcpy(&addr, ifa->ifa_addr, sizeof(addr));
-    char text[INET_ADDRSTRLEN] = {};
-    ::inet_ntop(AF_INET, &addr.sin_addr, text, sizeof(text));
-    return std::optional<std::string>(text);
-  }
-  return std::optional<std::string>();
 }
 
 }  // namespace chorus::cli::launch

@@ -19,6 +19,7 @@
 #include "base/errno_text.h"
 #include "base/unique_fd.h"
 #include "chorus/status.h"
+#include "net/interface.h"
 
 namespace chorus::cli::launch {
 
@@ -47,9 +48,7 @@ std::vector<int> UsableCpuList();
 // flag; occupying the slots with /dev/null first rules that out.
 void EnsureStandardFdsOpen();
 
-// The IPv4 address of the interface named `name`, or with an empty name that of the first
-// non-loopback IPv4 interface that is up (the rule the TCP transport uses to listen); nullopt
-// when there is no such interface. Unavailable when the interfaces cannot be listed.
-Result<std::optional<std::string>> InterfaceIpv4(const std::string& name);
+// The store's address on a named or the first up interface: the rule the TCP ranks listen by.
+using internal::InterfaceIpv4;
 
 }  // namespace chorus::cli::launch
