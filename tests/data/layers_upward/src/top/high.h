@@ -1,0 +1,3 @@
+// The upper layer.
+#pragma once
+#include "bottom/low.h"
