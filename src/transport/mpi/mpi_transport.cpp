@@ -11,13 +11,13 @@
 #include "base/check.h"
 #include "base/collectives.h"
 #include "base/wait.h"
+#include "transport/mpi/mpi_notice.h"
 
 namespace chorus::internal {
 namespace {
 
-// Tags on the private duplicate: data and group notices never match each other.
+// The data messages' tag on the private duplicate (the notices' is kNoticeTag, mpi_notice.h).
 constexpr int kDataTag = 0x6301;
-constexpr int kNoticeTag = 0x6302;
 
 // Every data message starts with this, padded to 64 bytes so payloads stay aligned.
 constexpr size_t kHeaderBytes = 64;
@@ -58,34 +58,6 @@ Status MpiError(const std::string& what, int code) {
   MPI_Error_string(code, text, &length);
   return Unavailable("mpi: " + what + ": " + std::string(text, static_cast<size_t>(length)));
 }
-
-struct MpiTransport::Notice {
-  static constexpr uint32_t kFailure = 1;
-  static constexpr uint32_t kRejection = 2;
-  static constexpr uint32_t kProbe = 3;   // a census asks about call_index
-  static constexpr uint32_t kAnswer = 4;  // the state of its sender, about call_index
-
-  uint32_t kind = 0;
-  int32_t code = 0;         // a failure's StatusCode
-  uint64_t call_index = 0;  // the rejected call, or the census's
-  // An answer's state (census.h's PeerState).
-  uint64_t started = 0;
-  int64_t active = -1;
-  int64_t idle_ms = -1;
-  int32_t waiting_for = -1;
-  uint32_t failed = 0;
-  // The call the answering rank is in, as Beacon::call's words, when has_call.
-  uint64_t has_call = 0;
-  uint64_t call_words[Beacon::kCallWords] = {};
-  char text[424] = {};  // NUL-terminated; longer texts are cut
-
-  Notice() = default;
-  Notice(uint32_t k, StatusCode c, uint64_t call, const std::string& message)
-      : kind(k), code(static_cast<int32_t>(c)), call_index(call) {
-    std::memcpy(text, message.data(), std::min(message.size(), sizeof(text) - 1));
-  }
-  std::string message() const { return std::string(text, strnlen(text, sizeof(text))); }
-};
 
 Result<std::unique_ptr<MpiTransport>> MpiTransport::Connect(MPI_Comm comm, size_t slot_bytes,
                                                             int depth,
@@ -451,155 +423,6 @@ bool MpiTransport::Drained(int peer) {
     }
   }
   return true;
-}
-
-bool MpiTransport::RecordFailure(const Status& status) {
-  const bool first = !control_.failed();
-  control_.Fail(status);
-  if (first) failure_unsent_.store(true, std::memory_order_release);
-  return first;
-}
-
-void MpiTransport::FailMpi(const std::string& what, int code) { Fail(MpiError(what, code)); }
-
-void MpiTransport::Fail(const Status& status) {
-  if (!RecordFailure(status)) return;  // a peer's failure (it told everyone) or an earlier one
-  if (!MayCallMpiHere()) return;       // the driving thread sends it at its next poll
-  std::lock_guard lock(control_mutex_);
-  PollControlLocked();
-}
-
-void MpiTransport::Enter(uint64_t call_index) {
-  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  ControlledTransport::Enter(call_index);
-  if (failure_unsent_.load(std::memory_order_acquire)) PollControl();
-}
-
-void MpiTransport::Reject(uint64_t call_index, const std::string& reason) {
-  driver_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  ControlledTransport::Reject(call_index, reason);
-  std::lock_guard lock(control_mutex_);
-  SendNoticeLocked(Notice(Notice::kRejection, StatusCode::kAborted, call_index, reason));
-}
-
-std::vector<PeerState> MpiTransport::Census(uint64_t call_index, Deadline until) {
-  std::vector<PeerState> states(static_cast<size_t>(size()));
-  if (!MayCallMpiHere()) {
-    for (PeerState& s : states) s.known = false;
-    return states;
-  }
-  {
-    std::lock_guard lock(control_mutex_);
-    SendNoticeLocked(Notice(Notice::kProbe, StatusCode::kOk, call_index, ""));
-  }
-  const auto all_answered = [&] {
-    std::lock_guard lock(control_mutex_);  // another thread may poll (MPI_THREAD_MULTIPLE)
-    for (int peer = 0; peer < size(); ++peer) {
-      if (peer != rank_ && answered_[static_cast<size_t>(peer)] != call_index + 1) return false;
-    }
-    return true;
-  };
-  for (;;) {
-    PollControl();
-    if (all_answered() || Clock::now() >= until) break;
-    // Nothing rings for MPI: look again shortly, without holding the core.
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  std::lock_guard lock(control_mutex_);
-  for (int peer = 0; peer < size(); ++peer) {
-    const auto q = static_cast<size_t>(peer);
-    if (peer == rank_) {
-      states[q] = control_.StateOf(rank_, Clock::now());
-    } else if (answered_[q] == call_index + 1) {
-      states[q] = answers_[q];
-    } else {
-      states[q].answered = false;
-    }
-  }
-  return states;
-}
-
-void MpiTransport::PollControl() {
-  std::lock_guard lock(control_mutex_);
-  PollControlLocked();
-}
-
-void MpiTransport::PollControlLocked() {
-  // Peers' notices. Applied to the Control block directly: they are the peers' own news, and
-  // every peer already sent them to every rank.
-  while (incoming_request_ != MPI_REQUEST_NULL) {
-    int done = 0;
-    MPI_Status status;
-    if (const int rc = MPI_Test(&incoming_request_, &done, &status); rc != MPI_SUCCESS) {
-      RecordFailure(MpiError("a receive of group notices", rc));
-      break;
-    }
-    if (!done) break;
-    ++notices_received_[static_cast<size_t>(status.MPI_SOURCE)];
-    const Notice& notice = *incoming_;
-    if (notice.kind == Notice::kFailure) {
-      control_.Fail(Status(static_cast<StatusCode>(notice.code), notice.message()));
-    } else if (notice.kind == Notice::kRejection && status.MPI_SOURCE != rank_) {
-      control_.Reject(status.MPI_SOURCE, notice.call_index, notice.message());
-    } else if (notice.kind == Notice::kProbe && status.MPI_SOURCE != rank_) {
-      const PeerState me = control_.StateOf(rank_, Clock::now());
-      Notice answer(Notice::kAnswer, StatusCode::kOk, notice.call_index, "");
-      answer.started = me.started;
-      answer.active = me.active;
-      answer.waiting_for = me.waiting_for;
-      answer.idle_ms = me.idle_seconds < 0 ? -1 : static_cast<int64_t>(me.idle_seconds * 1000);
-      answer.failed = control_.failed() ? 1 : 0;
-      if (me.has_call) {
-        answer.has_call = 1;
-        PackTag(me.call, answer.call_words);
-      }
-      SendNoticeLocked(answer, status.MPI_SOURCE);
-    } else if (notice.kind == Notice::kAnswer) {
-      const auto from = static_cast<size_t>(status.MPI_SOURCE);
-      PeerState& state = answers_[from];
-      state.started = notice.started;
-      state.active = notice.active;
-      state.waiting_for = notice.waiting_for;
-      state.idle_seconds = notice.idle_ms < 0 ? -1.0 : static_cast<double>(notice.idle_ms) / 1000;
-      state.failed = notice.failed != 0;
-      state.has_call = notice.has_call != 0 && UnpackTag(notice.call_words, &state.call);
-      answered_[from] = notice.call_index + 1;
-    }
-    if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
-                                 kNoticeTag, comm_, &incoming_request_);
-        rc != MPI_SUCCESS) {
-      RecordFailure(MpiError("MPI_Irecv of group notices", rc));
-    }
-  }
-  // Notices of ours that every peer has taken.
-  std::erase_if(outgoing_, [](Outgoing& o) {
-    int done = 0;
-    MPI_Testall(static_cast<int>(o.requests.size()), o.requests.data(), &done, MPI_STATUSES_IGNORE);
-    return done != 0;
-  });
-  if (!closing_ && failure_unsent_.exchange(false, std::memory_order_acq_rel)) {
-    const Status failure = control_.failure();
-    SendNoticeLocked(Notice(Notice::kFailure, failure.code(), 0, failure.message()));
-  }
-}
-
-void MpiTransport::SendNoticeLocked(const Notice& notice, int only) {
-  if (closing_) return;
-  Outgoing out{std::make_unique<Notice>(notice), {}};
-  out.requests.reserve(static_cast<size_t>(size() - 1));
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer == rank_ || (only >= 0 && peer != only)) continue;
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int rc =
-        MPI_Isend(out.notice.get(), sizeof(Notice), MPI_BYTE, peer, kNoticeTag, comm_, &request);
-    if (rc != MPI_SUCCESS) {
-      RecordFailure(MpiError("MPI_Isend of a group notice to rank " + std::to_string(peer), rc));
-      continue;
-    }
-    out.requests.push_back(request);
-    ++notices_sent_[static_cast<size_t>(peer)];
-  }
-  if (!out.requests.empty()) outgoing_.push_back(std::move(out));
 }
 
 }  // namespace chorus::internal
