@@ -1,6 +1,8 @@
 // The traffic counters measured on real runs equal the cost model's bytes, exactly, per rank.
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -122,9 +124,10 @@ TEST_P(RootedTraffic, EqualsTheAlgorithmsDefinition) {
   for (int root : {0, p / 2, p - 1}) {
     auto group = CreateLocalGroup(p, {.segment_bytes = 256});
     ASSERT_TRUE(group.ok()) << group.status();
-    // Per rank: the binomial broadcast, the binomial reduce, and both broadcasts (a kind's
-    // counters accumulate).
-    std::vector<Traffic> binomial(static_cast<size_t>(p)), reduced(binomial), both(binomial);
+    // Per rank: the binomial broadcast, the binomial reduce, both broadcasts and both reduces
+    // (a kind's counters accumulate).
+    std::vector<Traffic> binomial(static_cast<size_t>(p)), reduced(binomial), both(binomial),
+        both_reduces(binomial);
     std::vector<Status> status(static_cast<size_t>(p));
     testing::RunRanks(*group, [&](Communicator& comm) {
       const size_t me = static_cast<size_t>(comm.rank());
@@ -141,9 +144,15 @@ TEST_P(RootedTraffic, EqualsTheAlgorithmsDefinition) {
         s = comm.Broadcast(std::span<float>(v.data(), count), root,
                            {.algorithm = "scatter_allgather"});
       }
-      status[me] = s;
       reduced[me] = comm.traffic().of(CollectiveKind::kReduce);
+      if (s.ok()) {
+        s = comm.Reduce({v.data(), count, DataType::kFloat32},
+                        {out.data(), count, DataType::kFloat32}, ReduceOp::kSum, root,
+                        {.algorithm = "rs_gather"});
+      }
+      status[me] = s;
       both[me] = comm.traffic().of(CollectiveKind::kBroadcast);
+      both_reduces[me] = comm.traffic().of(CollectiveKind::kReduce);
     });
     for (int r = 0; r < p; ++r) {
       SCOPED_TRACE("root " + std::to_string(root) + ", rank " + std::to_string(r));
@@ -164,6 +173,14 @@ TEST_P(RootedTraffic, EqualsTheAlgorithmsDefinition) {
       EXPECT_EQ(both[r].bytes_sent - binomial[r].bytes_sent, scatter_sent + ring_sent);
       EXPECT_EQ(both[r].bytes_received - binomial[r].bytes_received,
                 scatter_received + ring_received);
+      // The ring reduce-scatter (every chunk but r sent, every chunk but r - 1 received), then
+      // each rank's reduced chunk to the root.
+      const size_t rs_sent = p == 1 ? 0 : n - chunk(r) * elem;
+      const size_t rs_received = p == 1 ? 0 : n - chunk((r + p - 1) % p) * elem;
+      const size_t to_root = r == root ? 0 : chunk(r) * elem;
+      const size_t at_root = r == root && p > 1 ? n - chunk(root) * elem : 0;
+      EXPECT_EQ(both_reduces[r].bytes_sent - reduced[r].bytes_sent, rs_sent + to_root);
+      EXPECT_EQ(both_reduces[r].bytes_received - reduced[r].bytes_received, rs_received + at_root);
     }
   }
 }
@@ -180,6 +197,52 @@ std::vector<RootedParam> RootedParams() {
 
 INSTANTIATE_TEST_SUITE_P(Rooted, RootedTraffic, ::testing::ValuesIn(RootedParams()),
                          RanksAndCount<::testing::TestParamInfo<RootedParam>>);
+
+// The ring all-gather-v and reduce-scatter-v over random uneven blocks, zeros among them: each
+// rank moves the total less one block and nothing more (no padding to the largest block).
+// All-gather-v: rank r sends every block but r + 1's and receives every block but its own.
+// Reduce-scatter-v: it sends every block but its own and receives every block but r - 1's.
+TEST(TrafficMatchesModel, RingVCollectivesNeverPad) {
+  std::mt19937 random(20261206);
+  for (int p = 2; p <= 8; ++p) {
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<size_t> counts(static_cast<size_t>(p));
+      for (size_t& n : counts) n = random() % 3 == 0 ? 0 : random() % 700;
+      const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+      SCOPED_TRACE("p " + std::to_string(p) + ", total " + std::to_string(total));
+      auto group = CreateLocalGroup(p, {.segment_bytes = 256});
+      ASSERT_TRUE(group.ok()) << group.status();
+      std::vector<Traffic> gathered(static_cast<size_t>(p)), scattered(gathered);
+      std::vector<Status> status(static_cast<size_t>(p));
+      testing::RunRanks(*group, [&](Communicator& comm) {
+        const size_t me = static_cast<size_t>(comm.rank());
+        std::vector<float> mine(counts[me], 1.0f), all(total, 1.0f), out(total);
+        Status s = comm.AllGatherV(std::span<const float>(mine), std::span<float>(out), counts,
+                                   {.algorithm = "ring"});
+        if (s.ok()) {
+          s = comm.ReduceScatterV(std::span<const float>(all), std::span<float>(mine), counts,
+                                  ReduceOp::kSum, {.algorithm = "ring"});
+        }
+        for (float x : mine) {
+          if (s.ok() && x != static_cast<float>(p)) s = Internal("wrong sum");
+        }
+        status[me] = s;
+        gathered[me] = comm.traffic().of(CollectiveKind::kAllGatherV);
+        scattered[me] = comm.traffic().of(CollectiveKind::kReduceScatterV);
+      });
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_TRUE(status[r].ok()) << status[r];
+        const auto block = [&](int q) { return counts[static_cast<size_t>((q + p) % p)] * 4; };
+        const size_t n = total * 4;
+        EXPECT_EQ(gathered[r].bytes_sent, n - block(r + 1));
+        EXPECT_EQ(gathered[r].bytes_received, n - block(r));
+        EXPECT_EQ(scattered[r].bytes_sent, n - block(r));
+        EXPECT_EQ(scattered[r].bytes_received, n - block(r - 1));
+      }
+    }
+  }
+}
 
 TEST(TrafficMatchesModel, TheSeedsFigures) {
   auto group = CreateLocalGroup(4, {.algorithm = "ring"});

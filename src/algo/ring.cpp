@@ -13,6 +13,11 @@ class Layout {
  public:
   Layout(const CallContext& ctx, const RingView& ring, size_t count)
       : p_(ring.size), elem_(ctx.elem_size), part_(count, p_, ctx.segment_elems) {}
+  // The v-collectives' blocks, one per rank of the whole ring, in rank order.
+  Layout(const CallContext& ctx, std::span<const size_t> counts)
+      : p_(static_cast<int>(counts.size())),
+        elem_(ctx.elem_size),
+        part_(counts, ctx.segment_elems) {}
 
   int ranks() const { return p_; }
   size_t segments() const { return part_.Segments(); }
@@ -77,12 +82,12 @@ RingView RingView::Whole(const Transport& t) {
   return {p, r, Mod(r - 1, p), Mod(r + 1, p)};
 }
 
-Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const void* send,
-                             void* recv, size_t count, bool recv_is_whole) {
-  const Layout at(ctx, ring, count);
+namespace {
+
+Status ReduceScatterOn(const CallContext& ctx, const RingView& ring, const Layout& at,
+                       const void* send, void* recv, bool recv_is_whole) {
   const int p = ring.size;
   const int r = ring.index;
-  if (p == 1) return CopyLocal(ctx, send, recv, count);
   Primitives prims(ctx, ring.prev, ring.next);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
     prims.StartSegment(seg, at.segments(), p);
@@ -94,15 +99,12 @@ Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const
   return prims.Flush();
 }
 
-Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
-                         size_t count) {
-  const Layout at(ctx, ring, count);
-  const int p = ring.size;
+Status AllGatherOn(const CallContext& ctx, const RingView& ring, const Layout& at, const void* send,
+                   void* recv) {
   const int r = ring.index;
-  if (p == 1) return CopyLocal(ctx, send, recv, count);
   Primitives prims(ctx, ring.prev, ring.next);
   for (size_t seg = 0; seg < at.segments(); ++seg) {
-    prims.StartSegment(seg, at.segments(), p);
+    prims.StartSegment(seg, at.segments(), ring.size);
     const void* mine = at.InChunk(send, r, seg);
     void* mine_out = at.At(recv, r, seg);
     if (mine != mine_out) prims.CopyOut(mine_out, mine, at.Size(r, seg) * ctx.elem_size);
@@ -111,6 +113,20 @@ Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const voi
     CHORUS_RETURN_IF_ERROR(AllGatherTail(prims, at, recv, r, seg));
   }
   return prims.Flush();
+}
+
+}  // namespace
+
+Status RingReduceScatterOver(const CallContext& ctx, const RingView& ring, const void* send,
+                             void* recv, size_t count, bool recv_is_whole) {
+  if (ring.size == 1) return CopyLocal(ctx, send, recv, count);
+  return ReduceScatterOn(ctx, ring, Layout(ctx, ring, count), send, recv, recv_is_whole);
+}
+
+Status RingAllGatherOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
+                         size_t count) {
+  if (ring.size == 1) return CopyLocal(ctx, send, recv, count);
+  return AllGatherOn(ctx, ring, Layout(ctx, ring, count), send, recv);
 }
 
 Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const void* send, void* recv,
@@ -134,6 +150,57 @@ Status RingAllReduceOver(const CallContext& ctx, const RingView& ring, const voi
   return prims.Flush();
 }
 
+Status ReduceScatterGatherReduce(const CallContext& ctx, const void* send, void* recv,
+                                 size_t count) {
+  const RingView ring = RingView::Whole(*ctx.transport);
+  const Layout at(ctx, ring, count);
+  const int p = ring.size;
+  const int r = ring.index;
+  const int root = static_cast<int>(ctx.tag.root);
+  if (p == 1) return CopyLocal(ctx, send, recv, count);
+  Primitives prims(ctx, ring.prev, ring.next);
+  Transport& t = prims.transport();
+  for (size_t seg = 0; seg < at.segments(); ++seg) {
+    prims.StartSegment(seg, at.segments(), p + 1);
+    CHORUS_RETURN_IF_ERROR(ReduceScatterLead(prims, at, send, r, seg));
+    prims.NextStep();
+    const size_t n = at.Size(r, seg);
+    if (r == root) {
+      // The root's own chunk lands in place; then the other chunks of this segment, each from
+      // the rank that completed it.
+      CHORUS_RETURN_IF_ERROR(prims.RecvReduceCopy(at.At(send, r, seg), at.At(recv, r, seg), n));
+      prims.NextStep();
+      for (int q = 0; q < p; ++q) {
+        if (q == root) continue;
+        Message m;
+        CHORUS_RETURN_IF_ERROR(prims.Await(q, at.Size(q, seg), &m));
+        prims.CopyOut(at.At(recv, q, seg), m.data, at.Size(q, seg) * ctx.elem_size);
+        prims.Done(q, m);
+      }
+      continue;
+    }
+    // Chunk r is complete here: it goes to the root instead of to a recv this rank does not
+    // have. On a staging transport the sum is made in the slot to the root itself.
+    Message m;
+    CHORUS_RETURN_IF_ERROR(prims.Await(ring.prev, n, &m));
+    const void* local = at.At(send, r, seg);
+    if (t.zero_copy() || t.copies_at_post()) {
+      ctx.kernel->finish(ctx.scratch, m.data, local, n, p);
+      prims.Done(ring.prev, m);
+      prims.NextStep();
+      CHORUS_RETURN_IF_ERROR(prims.SendCopy(root, ctx.scratch, n));
+    } else {
+      void* slot = nullptr;
+      CHORUS_RETURN_IF_ERROR(prims.Reserve(root, &slot));
+      ctx.kernel->finish(slot, m.data, local, n, p);
+      prims.Done(ring.prev, m);
+      prims.NextStep();
+      prims.Publish(root, slot, n);
+    }
+  }
+  return prims.FlushReferenced();
+}
+
 Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
   return RingReduceScatterOver(ctx, RingView::Whole(*ctx.transport), send, recv, count, false);
 }
@@ -144,6 +211,19 @@ Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_
 
 Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count) {
   return RingAllReduceOver(ctx, RingView::Whole(*ctx.transport), send, recv, count);
+}
+
+Status RingAllGatherV(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const RingView ring = RingView::Whole(*ctx.transport);
+  if (ring.size == 1) return CopyLocal(ctx, send, recv, count);
+  return AllGatherOn(ctx, ring, Layout(ctx, ctx.recv_counts), send, recv);
+}
+
+Status RingReduceScatterV(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const RingView ring = RingView::Whole(*ctx.transport);
+  if (ring.size == 1) return CopyLocal(ctx, send, recv, count);
+  return ReduceScatterOn(ctx, ring, Layout(ctx, ctx.send_counts), send, recv,
+                         /*recv_is_whole=*/false);
 }
 
 }  // namespace chorus::internal

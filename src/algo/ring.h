@@ -23,6 +23,17 @@ namespace chorus::internal {
 Status RingReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status RingAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status RingAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
+// The v-collectives on the same ring, over the callers' uneven blocks (CallContext's
+// recv_counts for the all-gather-v, send_counts for the reduce-scatter-v) rather than the even
+// split: chunk q is rank q's block, never padded. `count` is the total.
+Status RingAllGatherV(const CallContext& ctx, const void* send, void* recv, size_t count);
+Status RingReduceScatterV(const CallContext& ctx, const void* send, void* recv, size_t count);
+// Reduce (Rabenseifner's reduce-scatter + gather): the ring reduce-scatter, whose last step
+// sends each completed chunk to the root instead of keeping it. Every rank sends (p-1)/p n
+// around the ring and the root receives (p-1)/p n more: 2(p-1)/p n at the root against the
+// chain's n and the direct reduce's (p-1) n, with each rank reducing (p-1)/p n, not n.
+Status ReduceScatterGatherReduce(const CallContext& ctx, const void* send, void* recv,
+                                 size_t count);
 
 // A ring over some of the ranks (for hierarchical schedules): `size` members, this rank is
 // member `index`, data arrives from rank `prev` and leaves for rank `next` (global ranks).

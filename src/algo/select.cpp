@@ -86,7 +86,7 @@ bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
 
 bool Anywhere(const CallShapeForSelection&) { return true; }
 
-constexpr std::array<AlgorithmInfo, 30> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 33> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce,
@@ -151,6 +151,11 @@ constexpr std::array<AlgorithmInfo, 30> kAlgorithms = {{
      "binomial tree of partial sums ending at the root, pipelined by segment; ceil(log2 p) "
      "steps",
      "TCP and MPI ranks", IsNetwork, BinomialReduce, model::BinomialReduceTerms},
+    {CollectiveKind::kReduce, "rs_gather",
+     "Rabenseifner: a ring reduce-scatter whose ranks send their reduced chunk to the root; p "
+     "steps, 2(p-1)/p n bytes at the root",
+     "all but thread ranks", ChainFits, ReduceScatterGatherReduce,
+     model::ReduceScatterGatherReduceTerms},
     {CollectiveKind::kBarrier, "flag",
      "every rank raises its flag in shared memory and waits for its peers' (elsewhere: direct); "
      "1 step, no messages",
@@ -173,11 +178,20 @@ constexpr std::array<AlgorithmInfo, 30> kAlgorithms = {{
      "every block at once, read straight from its owner (in place: pairwise); 1 step",
      "thread ranks", IsThread, DirectAllToAll, model::DirectAllToAllTerms},
     {CollectiveKind::kAllGatherV, "pairwise",
-     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport", Anywhere,
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)",
+     "thread ranks; shm ranks where the direct all-gather runs", DirectAllGatherFits,
      PairwiseAllGatherV, model::PairwiseAllGatherVTerms},
+    {CollectiveKind::kAllGatherV, "ring",
+     "pipelined ring over the ranks' own blocks, none padded; p-1 steps, n - n_(r+1) bytes",
+     "where the ring all-gather runs", RingAllGatherFits, RingAllGatherV,
+     model::RingAllGatherVTerms},
     {CollectiveKind::kReduceScatterV, "direct",
-     "block q of every rank to rank q, reduced there in rank order; 1 step", "every transport",
-     Anywhere, DirectReduceScatterV, model::DirectReduceScatterVTerms},
+     "block q of every rank to rank q, reduced there in rank order; 1 step",
+     "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, DirectReduceScatterV,
+     model::DirectReduceScatterVTerms},
+    {CollectiveKind::kReduceScatterV, "ring",
+     "pipelined ring over the ranks' own blocks, none padded; p-1 steps, n - n_r bytes",
+     "where direct is not", RingFits, RingReduceScatterV, model::RingReduceScatterVTerms},
     {CollectiveKind::kAllToAllV, "pairwise",
      "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport", Anywhere,
      PairwiseAllToAllV, model::PairwiseAllToAllVTerms},

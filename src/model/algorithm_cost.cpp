@@ -126,6 +126,12 @@ AlgorithmTerms BinomialReduceTerms(int p) {
   return {.steps = rounds, .sent = rounds, .reduced = rounds};
 }
 
+// The ring reduce-scatter (p-1 steps, (p-1)/p n sent and reduced), then the chunks to the root
+// (1 step): the root receives (p-1)/p n on the ring and (p-1)/p n of chunks.
+AlgorithmTerms ReduceScatterGatherReduceTerms(int p) {
+  return {.steps = static_cast<double>(p), .sent = 2 * (p - 1.0) / p, .reduced = (p - 1.0) / p};
+}
+
 // --- barrier (no bytes)
 AlgorithmTerms FlagBarrierTerms(int) { return {.steps = 1, .sent = 0, .reduced = 0}; }
 AlgorithmTerms DirectBarrierTerms(int) { return {.steps = 1, .sent = 0, .reduced = 0}; }
@@ -160,6 +166,10 @@ AlgorithmTerms DirectAllToAllTerms(int p) {
 // (the traffic tests count them exactly), not the steps.
 AlgorithmTerms PairwiseAllGatherVTerms(int p) { return PairwiseAllToAllTerms(p); }
 AlgorithmTerms DirectReduceScatterVTerms(int p) { return DirectReduceScatterTerms(p); }
+// The ring over uneven blocks costs the ring's terms for the even split; with uneven counts a
+// rank sends the total less one block (the next rank's, or its own), as the counters show.
+AlgorithmTerms RingAllGatherVTerms(int p) { return RingAllGatherTerms(p); }
+AlgorithmTerms RingReduceScatterVTerms(int p) { return RingReduceScatterTerms(p); }
 AlgorithmTerms PairwiseAllToAllVTerms(int p) { return PairwiseAllToAllTerms(p); }
 AlgorithmTerms DirectGatherVTerms(int p) { return DirectGatherTerms(p); }
 AlgorithmTerms DirectScatterVTerms(int p) { return DirectScatterTerms(p); }

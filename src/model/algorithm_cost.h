@@ -65,6 +65,7 @@ AlgorithmTerms ScatterAllGatherBroadcastTerms(int p);
 AlgorithmTerms DirectReduceTerms(int p);
 AlgorithmTerms ChainReduceTerms(int p);
 AlgorithmTerms BinomialReduceTerms(int p);
+AlgorithmTerms ReduceScatterGatherReduceTerms(int p);
 AlgorithmTerms FlagBarrierTerms(int p);
 AlgorithmTerms DirectBarrierTerms(int p);
 AlgorithmTerms DisseminationBarrierTerms(int p);
@@ -75,6 +76,8 @@ AlgorithmTerms DirectAllToAllTerms(int p);
 // The v-collectives, costed at even counts (n / p per block).
 AlgorithmTerms PairwiseAllGatherVTerms(int p);
 AlgorithmTerms DirectReduceScatterVTerms(int p);
+AlgorithmTerms RingAllGatherVTerms(int p);
+AlgorithmTerms RingReduceScatterVTerms(int p);
 AlgorithmTerms PairwiseAllToAllVTerms(int p);
 AlgorithmTerms DirectGatherVTerms(int p);
 AlgorithmTerms DirectScatterVTerms(int p);
