@@ -7,6 +7,7 @@
 
 #include "algo/exchange.h"
 #include "algo/plan.h"
+#include "base/stream_copy.h"
 
 namespace chorus::internal {
 
@@ -17,7 +18,7 @@ Status BruckAllGather(const CallContext& ctx, const void* send, void* recv, size
   const int r = ctx.transport->rank();
   const size_t block = count / static_cast<size_t>(p);  // all-gather blocks are equal
   void* mine = Advance(recv, static_cast<size_t>(r) * block, ctx.elem_size);
-  if (mine != send && block > 0) std::memcpy(mine, send, block * ctx.elem_size);
+  if (mine != send && block > 0) CopyBytes(mine, send, block * ctx.elem_size);
   if (p == 1) return Status::Ok();
   // `n` blocks from block `first` on (mod p), as they lie in the output.
   auto blocks = [&](int first, int n) {
@@ -27,7 +28,7 @@ Status BruckAllGather(const CallContext& ctx, const void* send, void* recv, size
                {static_cast<size_t>(head) * block, static_cast<size_t>(n - head) * block}};
   };
   auto copy_into = [&](size_t offset, const void* data, size_t n) {
-    if (n > 0) std::memcpy(Advance(recv, offset, ctx.elem_size), data, n * ctx.elem_size);
+    CopyBytes(Advance(recv, offset, ctx.elem_size), data, n * ctx.elem_size);
   };
   const int steps = std::bit_width(static_cast<unsigned>(p - 1));  // ceil(log2 p)
   Channel ch(ctx);

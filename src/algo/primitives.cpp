@@ -275,7 +275,7 @@ Status Channel::SendCopy(int peer, const void* src, size_t n) {
     Publish(peer, src, n);  // the transport copies into the slot only what it cannot send now
     return Status::Ok();
   }
-  if (n > 0) std::memcpy(slot, src, n * ctx_.elem_size);
+  CopyBytes(slot, src, n * ctx_.elem_size);
   Publish(peer, slot, n);
   return Status::Ok();
 }
@@ -318,7 +318,7 @@ Status Channel::SendToAll(const void* src, size_t n) {
   const int next = (r + 1) % p;
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(next, &slot));
-  if (n > 0) std::memcpy(slot, src, n * ctx_.elem_size);
+  CopyBytes(slot, src, n * ctx_.elem_size);
   for (int i = 1; i < p; ++i) Publish((r + i) % p, slot, n);
   // A later call may reuse the slot once `next` alone released it: flush every peer first.
   referenced_ = true;
@@ -394,7 +394,7 @@ Status Primitives::RecvCopySend(void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
   const bool from_dst = transport().zero_copy() || transport().copies_at_post();
   // Staged: forward from the message (still cached), not from dst (streamed past the cache).
-  if (!from_dst) std::memcpy(slot, m.data, m.bytes);
+  if (!from_dst) CopyBytes(slot, m.data, m.bytes);
   CopyOut(dst, m.data, m.bytes);
   Done(recv_peer_, m);
   Publish(send_peer_, from_dst ? dst : slot, n);

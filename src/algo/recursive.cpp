@@ -6,6 +6,7 @@
 
 #include "algo/exchange.h"
 #include "algo/plan.h"
+#include "base/stream_copy.h"
 
 namespace chorus::internal {
 namespace {
@@ -78,7 +79,7 @@ class Combine {
 // Copies received runs into place in `recv`.
 auto CopyInto(const CallContext& ctx, void* recv) {
   return [&ctx, recv](size_t offset, const void* data, size_t n) {
-    if (n > 0) std::memcpy(Advance(recv, offset, ctx.elem_size), data, n * ctx.elem_size);
+    CopyBytes(Advance(recv, offset, ctx.elem_size), data, n * ctx.elem_size);
   };
 }
 
