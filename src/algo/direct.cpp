@@ -141,6 +141,14 @@ Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, siz
   return ch.FlushReferenced();
 }
 
+Status DirectAllGatherV(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
+  Channel ch(ctx);
+  CHORUS_RETURN_IF_ERROR(
+      AllGatherPhase(ch, Partition(ctx.recv_counts, ctx.segment_elems), send, recv));
+  return ch.FlushReferenced();
+}
+
 // Rank r's chunk goes straight to its place in `recv`; the all-gather then runs in place. A
 // peer overwrites its copy of chunk q only after rank q posted it, which rank q does only after
 // it read everyone's chunk q, so no flush is needed between the phases.

@@ -28,6 +28,8 @@ namespace chorus::internal {
 Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
+// The same over the ranks' own blocks (CallContext::recv_counts), none padded.
+Status DirectAllGatherV(const CallContext& ctx, const void* send, void* recv, size_t count);
 // Direct reduce-scatter into each rank's place in `recv`, then direct all-gather in place.
 Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, size_t count);
 

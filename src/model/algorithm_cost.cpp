@@ -169,6 +169,7 @@ AlgorithmTerms DirectReduceScatterVTerms(int p) { return DirectReduceScatterTerm
 // The ring over uneven blocks costs the ring's terms for the even split; with uneven counts a
 // rank sends the total less one block (the next rank's, or its own), as the counters show.
 AlgorithmTerms RingAllGatherVTerms(int p) { return RingAllGatherTerms(p); }
+AlgorithmTerms DirectAllGatherVTerms(int p) { return DirectAllGatherTerms(p); }
 AlgorithmTerms RingReduceScatterVTerms(int p) { return RingReduceScatterTerms(p); }
 AlgorithmTerms PairwiseAllToAllVTerms(int p) { return PairwiseAllToAllTerms(p); }
 AlgorithmTerms DirectGatherVTerms(int p) { return DirectGatherTerms(p); }

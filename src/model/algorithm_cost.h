@@ -77,6 +77,7 @@ AlgorithmTerms DirectAllToAllTerms(int p);
 AlgorithmTerms PairwiseAllGatherVTerms(int p);
 AlgorithmTerms DirectReduceScatterVTerms(int p);
 AlgorithmTerms RingAllGatherVTerms(int p);
+AlgorithmTerms DirectAllGatherVTerms(int p);
 AlgorithmTerms RingReduceScatterVTerms(int p);
 AlgorithmTerms PairwiseAllToAllVTerms(int p);
 AlgorithmTerms DirectGatherVTerms(int p);
