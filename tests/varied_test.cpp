@@ -189,6 +189,65 @@ TEST(VariedArguments, BadCountsAreRejectedAndTheNextCallWorks) {
   EXPECT_EQ(Join(reports), "");
 }
 
+// All-to-all-v displacements a rank can check alone: one entry per rank, each block inside its
+// buffer, no two recv blocks on one element. Rejected there with nothing sent; the next call
+// (with displacements) runs.
+TEST(VariedArguments, BadDisplacementsAreRejectedAndTheNextCallWorks) {
+  constexpr int p = 3;
+  auto group = CreateLocalGroup(p);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<std::string> reports(p);
+  testing::RunRanks(*group, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::string& report = reports[r];
+    std::vector<float> in(16, float(r)), out(16, -1.0f);
+    const std::vector<size_t> counts{2, 2, 2};
+    const std::vector<size_t> packed{0, 2, 4};
+    const std::vector<size_t> two{0, 2};
+    const auto call = [&](std::span<const size_t> send_displs, size_t send_count,
+                          std::span<const size_t> recv_displs, size_t recv_count) {
+      return comm.AllToAllV({in.data(), send_count, DataType::kFloat32}, counts, send_displs,
+                            {out.data(), recv_count, DataType::kFloat32}, counts, recv_displs);
+    };
+    Status s =
+        call(r == 1 ? std::span<const size_t>(two) : std::span<const size_t>(packed), 6, packed, 6);
+    report += Check(s, StatusCode::kInvalidArgument,
+                    r == 1 ? "alltoallv: send_displs has 2 entries, not size (3)" : "rank 1");
+    // Rank 2's recv block 1 would end at element 7 of a recv of 6.
+    const std::vector<size_t> past{0, 5, 2};
+    s = call(packed, 6, r == 2 ? std::span<const size_t>(past) : std::span<const size_t>(packed),
+             6);
+    report += Check(
+        s, StatusCode::kInvalidArgument,
+        r == 2 ? "recv_displs[1] (5) + recv_counts[1] (2) runs past recv.count (6)" : "rank 2");
+    // Rank 0's recv blocks 2 and 0 share element 3 (out of order, so the sorted check finds it).
+    const std::vector<size_t> shared{3, 8, 2};
+    s = call(packed, 6, r == 0 ? std::span<const size_t>(shared) : std::span<const size_t>(packed),
+             10);
+    report += Check(s, StatusCode::kInvalidArgument,
+                    r == 0 ? "recv blocks 2 [2, 4) and 0 [3, 5) overlap" : "rank 0");
+    // Send blocks may share elements: every peer gets the same two.
+    const std::vector<size_t> same{0, 0, 0};
+    const std::vector<size_t> spaced{9, 5, 1};  // reverse order with gaps
+    for (size_t i = 0; i < 2; ++i) in[i] = float(10 * r + i);
+    std::fill(out.begin(), out.end(), -1.0f);  // a refused call's peers may have begun theirs
+    s = call(same, 2, spaced, 11);
+    if (!s.ok()) report += "the good alltoallv: " + s.ToString() + "\n";
+    for (int q = 0; q < p && s.ok(); ++q) {
+      for (size_t i = 0; i < 2; ++i) {
+        if (out[spaced[q] + i] != float(10 * q + i)) {
+          report += "block from rank " + std::to_string(q) + " element " + std::to_string(i) +
+                    " is " + std::to_string(out[spaced[q] + i]) + "\n";
+        }
+      }
+    }
+    for (size_t i : {0, 3, 4, 7, 8, 11}) {
+      if (s.ok() && out[i] != -1.0f) report += "gap element " + std::to_string(i) + " written\n";
+    }
+  });
+  EXPECT_EQ(Join(reports), "");
+}
+
 // Disagreements only the peers can see, on every transport: every rank fails the call with
 // kFailedPrecondition (a rank that had nothing left to do may learn it at its next call),
 // and the message names what each side passed.
@@ -327,6 +386,56 @@ TEST_P(Shapes, AllToAllVWithARankThatSendsNothingAndReceivesEverything) {
                    return "";
                  },
                  {.timeout = std::chrono::seconds(20), .wait = testing::TestWaitMode()});
+    EXPECT_EQ(Join(reports), "") << "p " << p;
+  }
+}
+
+// All-to-all-v with displacements, through the typed overload: rank r's send holds one run of
+// values that every block reads a prefix of (send blocks overlap), and its recv takes block q
+// at a place of its own, in an order that is not rank order, with gaps left alone. Uneven
+// counts with zeros; every element exact.
+TEST_P(Shapes, AllToAllVWithDisplacements) {
+  for (int p : {1, 2, 3, 5}) {
+    const auto reports = RunGroup(
+        GetParam(), p,
+        [p](Communicator& comm) -> std::string {
+          const int r = comm.rank();
+          const auto n = static_cast<size_t>(p);
+          const auto count = [](int from, int to) -> size_t {
+            return (from + 2 * to) % 4 == 3 ? 0 : static_cast<size_t>(1 + (from * 5 + to) % 7);
+          };
+          std::vector<size_t> send_counts(n), recv_counts(n), send_displs(n, 0), recv_displs(n);
+          for (int q = 0; q < p; ++q) {
+            send_counts[q] = count(r, q);
+            recv_counts[q] = count(q, r);
+          }
+          // Recv block q at a rotated place, a gap of two before each.
+          size_t at = 2;
+          for (int i = 0; i < p; ++i) {
+            const auto q = static_cast<size_t>((r + i) % p);
+            recv_displs[q] = at;
+            at += recv_counts[q] + 2;
+          }
+          std::vector<int32_t> in(8), out(at, -7);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = 100 * r + static_cast<int32_t>(i);
+          const Status s = comm.AllToAllV(std::span<const int32_t>(in), send_counts, send_displs,
+                                          std::span<int32_t>(out), recv_counts, recv_displs);
+          if (!s.ok()) return s.ToString();
+          std::vector<int32_t> want(at, -7);
+          for (int q = 0; q < p; ++q) {
+            for (size_t i = 0; i < recv_counts[q]; ++i) {
+              want[recv_displs[q] + i] = 100 * q + static_cast<int32_t>(i);
+            }
+          }
+          for (size_t i = 0; i < at; ++i) {
+            if (out[i] != want[i]) {
+              return "p " + std::to_string(p) + ": recv[" + std::to_string(i) + "] is " +
+                     std::to_string(out[i]) + ", want " + std::to_string(want[i]);
+            }
+          }
+          return "";
+        },
+        {.timeout = std::chrono::seconds(20), .wait = testing::TestWaitMode()});
     EXPECT_EQ(Join(reports), "") << "p " << p;
   }
 }

@@ -31,6 +31,12 @@
 //                  send_counts[r] must equal rank r's recv_counts[q]); send.count and
 //                  recv.count are their sums; block q of rank r's send lands in block r of rank
 //                  q's recv. Never in place.
+//   AllToAllV with displacements (MPI's MPI_Alltoallv): block q of send starts at element
+//                  send_displs[q] and block q of recv at recv_displs[q] instead (size() entries
+//                  each, any order, gaps allowed). Each block must lie inside its buffer
+//                  (displs[q] + counts[q] <= count); send blocks may overlap, recv blocks of
+//                  nonzero count may not; send and recv may not overlap. Elements of recv
+//                  outside its blocks are left as they were.
 //   GatherV        counts on the root only (ignored elsewhere): rank q's send (counts[q]
 //                  elements) lands in block q of the root's recv (sum of counts)
 //   ScatterV       counts on the root only (ignored elsewhere): block q of the root's send (sum
@@ -176,6 +182,10 @@ class Communicator {
                         ReduceOp op, const CallOptions& options = {});
   Status AllToAllV(ConstBuffer send, std::span<const size_t> send_counts, MutableBuffer recv,
                    std::span<const size_t> recv_counts, const CallOptions& options = {});
+  Status AllToAllV(ConstBuffer send, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_displs, MutableBuffer recv,
+                   std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                   const CallOptions& options = {});
   Status GatherV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts, int root,
                  const CallOptions& options = {});
   Status ScatterV(ConstBuffer send, std::span<const size_t> counts, MutableBuffer recv, int root,
@@ -254,6 +264,14 @@ class Communicator {
                    std::span<const size_t> send_counts, std::span<T> recv,
                    std::span<const size_t> recv_counts, const CallOptions& options = {}) {
     return AllToAllV(MakeBuffer(send), send_counts, MakeBuffer(recv), recv_counts, options);
+  }
+  template <Element T>
+  Status AllToAllV(std::span<const std::type_identity_t<T>> send,
+                   std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                   std::span<T> recv, std::span<const size_t> recv_counts,
+                   std::span<const size_t> recv_displs, const CallOptions& options = {}) {
+    return AllToAllV(MakeBuffer(send), send_counts, send_displs, MakeBuffer(recv), recv_counts,
+                     recv_displs, options);
   }
   template <Element T>
   Status GatherV(std::span<const std::type_identity_t<T>> send, std::span<T> recv,

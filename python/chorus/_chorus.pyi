@@ -69,7 +69,8 @@ class Communicator:
     def all_to_all_v(self, send: np.ndarray, send_counts: Counts,
                      recv: Optional[np.ndarray] = None, recv_counts: Optional[Counts] = None, *,
                      timeout: Optional[Seconds] = None, algorithm: Optional[str] = None,
-                     dtype: Optional[str] = None) -> np.ndarray: ...
+                     dtype: Optional[str] = None, send_displs: Optional[Counts] = None,
+                     recv_displs: Optional[Counts] = None) -> np.ndarray: ...
     def gather_v(self, send: np.ndarray, counts: Optional[Counts] = None,
                  recv: Optional[np.ndarray] = None, root: int = 0, *,
                  timeout: Optional[Seconds] = None, algorithm: Optional[str] = None,

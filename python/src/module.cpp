@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -575,14 +576,32 @@ class PyComm {
     return r.array;
   }
   py::object AllToAllV(const py::object& send, const py::object& send_counts,
-                       const py::object& recv, const py::object& recv_counts, const CallKw& kw) {
+                       const py::object& recv, const py::object& recv_counts,
+                       const py::object& send_displs, const py::object& recv_displs,
+                       const CallKw& kw) {
     Array s, r;
-    std::vector<size_t> sn, rn;
+    std::vector<size_t> sn, rn, sd, rd;
     Status refused = Counts(send_counts, "send_counts", &sn);
     if (refused.ok()) refused = Counts(recv_counts, "recv_counts", &rn);
-    if (refused.ok()) refused = VariedOut(send, recv, kw, Sum(rn), &s, &r);
+    if (refused.ok() && !send_displs.is_none()) refused = Counts(send_displs, "send_displs", &sd);
+    if (refused.ok() && !recv_displs.is_none()) refused = Counts(recv_displs, "recv_displs", &rd);
+    // A recv made here ends where the last block does; with displacements its gaps are zeros.
+    size_t made = Sum(rn);
+    if (!recv_displs.is_none()) {
+      made = 0;
+      for (size_t q = 0; q < std::min(rn.size(), rd.size()); ++q) {
+        if (rn[q] > 0) made = std::max(made, rd[q] + rn[q]);
+      }
+    }
+    if (refused.ok()) refused = VariedOut(send, recv, kw, made, &s, &r);
+    if (refused.ok() && recv.is_none() && !recv_displs.is_none() && r.count > 0) {
+      std::memset(r.data, 0, r.count * DataTypeSize(r.dtype));
+    }
     Call(CollectiveKind::kAllToAllV, kw, refused, [&](Communicator& c, const CallOptions& o) {
-      return c.AllToAllV({s.data, s.count, s.dtype}, sn, {r.data, r.count, r.dtype}, rn, o);
+      if (send_displs.is_none() && recv_displs.is_none()) {
+        return c.AllToAllV({s.data, s.count, s.dtype}, sn, {r.data, r.count, r.dtype}, rn, o);
+      }
+      return c.AllToAllV({s.data, s.count, s.dtype}, sn, sd, {r.data, r.count, r.dtype}, rn, rd, o);
     });
     return r.array;
   }
@@ -1025,16 +1044,21 @@ PYBIND11_MODULE(_chorus, m) {
           "all_to_all_v",
           [](PyComm& c, const py::object& send, const py::object& send_counts,
              const py::object& recv, const py::object& recv_counts, const py::object& timeout,
-             const py::object& algorithm, const py::object& dtype) {
-            return c.AllToAllV(send, send_counts, recv, recv_counts,
+             const py::object& algorithm, const py::object& dtype, const py::object& send_displs,
+             const py::object& recv_displs) {
+            return c.AllToAllV(send, send_counts, recv, recv_counts, send_displs, recv_displs,
                                CallKw{timeout, algorithm, dtype, {}});
           },
           py::arg("send"), py::arg("send_counts"), py::arg("recv") = py::none(),
-          py::arg("recv_counts") = py::none(), CHORUS_CALL_KW,
+          py::arg("recv_counts") = py::none(), CHORUS_CALL_KW, py::arg("send_displs") = py::none(),
+          py::arg("recv_displs") = py::none(),
           "send_counts[q] elements to rank q, recv_counts[q] from rank q (blocks back to back in "
-          "rank order); recv=None makes a 1-D array of sum(recv_counts). Returns recv. Keywords: "
-          "timeout (seconds, this call only), algorithm (a name from `chorus bench --list-algos`), "
-          "dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for uint16). ")
+          "rank order, or starting at send_displs[q] and recv_displs[q] elements, MPI's "
+          "MPI_Alltoallv); recv=None makes a 1-D array of sum(recv_counts), or with recv_displs "
+          "one that ends where the last block does, zeros outside the blocks. Returns recv. "
+          "Keywords: timeout (seconds, this call only), algorithm (a name from `chorus bench "
+          "--list-algos`), dtype (read the arrays as this chorus type, e.g. \"bfloat16\" for "
+          "uint16), send_displs, recv_displs. ")
       .def(
           "gather_v",
           [](PyComm& c, const py::object& send, const py::object& counts, const py::object& recv,

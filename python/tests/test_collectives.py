@@ -136,6 +136,35 @@ def test_v_variants_with_zero_counts(run_group, p):
     run_group(p, body)
 
 
+@pytest.mark.parametrize("p", [1, 3])
+def test_all_to_all_v_with_displacements(run_group, p):
+    def body(comm):
+        r = comm.rank
+        # Every peer reads the same prefix of send (overlapping blocks); recv holds block q at
+        # recv_displs[q], in reverse rank order, one element apart.
+        send = np.arange(10, dtype=np.int64) + 100 * r
+        send_counts = [q + 1 for q in range(p)]
+        recv_counts = [r + 1] * p
+        recv_displs = [1 + (p - 1 - q) * (r + 2) for q in range(p)]
+        got = comm.all_to_all_v(send, send_counts, recv_counts=recv_counts,
+                                send_displs=[0] * p, recv_displs=recv_displs)
+        want = np.zeros(1 + p * (r + 2) - 1, np.int64)
+        for q in range(p):
+            want[recv_displs[q]:recv_displs[q] + r + 1] = 100 * q + np.arange(r + 1)
+        assert np.array_equal(got, want)
+        # Into a recv of the caller's: what lies outside the blocks stays.
+        recv = np.full(want.size + 3, -5, np.int64)
+        comm.all_to_all_v(send, send_counts, recv, recv_counts, send_displs=[0] * p,
+                          recv_displs=recv_displs)
+        assert np.array_equal(recv[:want.size][want != 0], want[want != 0])
+        assert np.all(recv[want.size:] == -5) and recv[0] == -5
+        with pytest.raises(chorus.InvalidArgumentError, match="recv_displs has"):
+            comm.all_to_all_v(send, send_counts, recv, recv_counts, send_displs=[0] * p,
+                              recv_displs=recv_displs + [0])
+
+    run_group(p, body)
+
+
 def test_bfloat16_as_uint16_and_float16(run_group):
     one = np.uint16(0x3F80)  # bfloat16 1.0
 

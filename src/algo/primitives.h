@@ -39,6 +39,9 @@ struct CallContext {
   // rank's buffers' counts.
   std::span<const size_t> send_counts;
   std::span<const size_t> recv_counts;
+  // Where those blocks start (CallArgs::send_displs and recv_displs); empty: back to back.
+  std::span<const size_t> send_displs;
+  std::span<const size_t> recv_displs;
   size_t send_elems = 0;
   size_t recv_elems = 0;
   // The rank's waits: policy, learnt spin and this call's deadline (Waiter::StartCall).

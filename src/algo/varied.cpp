@@ -67,6 +67,15 @@ Block BlockOf(const void* base, std::span<const size_t> counts, int j, size_t el
   return {n > 0 ? Advance(base, BlockOffset(counts, j), elem) : nullptr, n};
 }
 
+// Block j of a buffer of blocks with these lengths that start at `displs` (back to back when
+// it is empty).
+Block BlockAt(const void* base, std::span<const size_t> counts, std::span<const size_t> displs,
+              int j, size_t elem) {
+  if (displs.empty()) return BlockOf(base, counts, j, elem);
+  const auto q = static_cast<size_t>(j);
+  return {counts[q] > 0 ? Advance(base, displs[q], elem) : nullptr, counts[q]};
+}
+
 // Copies the rank's own block from `from` to `to` unless it is already there.
 void CopyOwn(Channel& ch, const Block& from, void* to) {
   if (from.n > 0 && from.data != to) ch.CopyOut(to, from.data, from.n * ch.ctx().elem_size);
@@ -134,15 +143,15 @@ Status PairwiseAllToAllV(const CallContext& ctx, const void* send, void* recv, s
   const size_t elem = ctx.elem_size;
   Channel ch(ctx);
   // Its own block: validation made send_counts[rank] == recv_counts[rank].
-  CopyOwn(ch, BlockOf(send, ctx.send_counts, r, elem),
-          const_cast<void*>(BlockOf(recv, ctx.recv_counts, r, elem).data));
+  CopyOwn(ch, BlockAt(send, ctx.send_counts, ctx.send_displs, r, elem),
+          const_cast<void*>(BlockAt(recv, ctx.recv_counts, ctx.recv_displs, r, elem).data));
   const int rounds = PairwiseRounds(p);
   for (int round = 0; p > 1 && round < rounds; ++round) {
     const int peer = PairwisePartner(r, round, p);
     if (peer == r) continue;
     ch.SetStep(round, rounds);
-    const Block out = BlockOf(send, ctx.send_counts, peer, elem);
-    const Block in = BlockOf(recv, ctx.recv_counts, peer, elem);
+    const Block out = BlockAt(send, ctx.send_counts, ctx.send_displs, peer, elem);
+    const Block in = BlockAt(recv, ctx.recv_counts, ctx.recv_displs, peer, elem);
     CHORUS_RETURN_IF_ERROR(Transfer(ch, peer, &out, &in, PairCheck::kYes));
   }
   return ch.FlushReferenced();

@@ -87,6 +87,10 @@ struct CallArgs {
   // Used when it is varied: the block lengths of a send or recv of p blocks (p entries).
   std::span<const size_t> send_counts;
   std::span<const size_t> recv_counts;
+  // All-to-all-v with displacements: where block q of send (recv) starts, in elements (p
+  // entries); empty where the blocks lie back to back in rank order.
+  std::span<const size_t> send_displs;
+  std::span<const size_t> recv_displs;
 };
 
 // Every collective, in CollectiveKind order.

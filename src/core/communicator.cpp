@@ -102,8 +102,9 @@ bool CommState::Plan::Matches(const CallArgs& a, const CallOptions& o) const {
          a.send.count == args.send.count && a.send.dtype == args.send.dtype &&
          a.recv.data == args.recv.data && a.recv.count == args.recv.count &&
          a.recv.dtype == args.recv.dtype && a.op == args.op && a.root == args.root &&
-         a.send_counts.empty() && a.recv_counts.empty() && o.algorithm.empty() &&
-         o.timeout == timeout && o.segment_bytes == segment_bytes;
+         a.send_counts.empty() && a.recv_counts.empty() && a.send_displs.empty() &&
+         a.recv_displs.empty() && o.algorithm.empty() && o.timeout == timeout &&
+         o.segment_bytes == segment_bytes;
 }
 
 Status CommState::Admit(CollectiveKind kind) {
@@ -228,6 +229,8 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
                            : 0u};
   ctx.send_counts = args.send_counts;
   ctx.recv_counts = args.recv_counts;
+  ctx.send_displs = args.send_displs;
+  ctx.recv_displs = args.recv_displs;
   ctx.send_elems = send.count;
   ctx.recv_elems = recv.count;
   ctx.elem_size = elem;
@@ -493,6 +496,15 @@ Status Communicator::AllToAllV(ConstBuffer send, std::span<const size_t> send_co
   return state_->Run(
       {CollectiveKind::kAllToAllV, send, recv, ReduceOp::kSum, 0, send_counts, recv_counts},
       options);
+}
+
+Status Communicator::AllToAllV(ConstBuffer send, std::span<const size_t> send_counts,
+                               std::span<const size_t> send_displs, MutableBuffer recv,
+                               std::span<const size_t> recv_counts,
+                               std::span<const size_t> recv_displs, const CallOptions& options) {
+  return state_->Run({CollectiveKind::kAllToAllV, send, recv, ReduceOp::kSum, 0, send_counts,
+                      recv_counts, send_displs, recv_displs},
+                     options);
 }
 
 Status Communicator::GatherV(ConstBuffer send, MutableBuffer recv, std::span<const size_t> counts,

@@ -106,6 +106,48 @@ Status CheckCounts(const Checker& check, const CollectiveInfo& c, const CallArgs
   return CheckOverlap(check, c, send, recv, in_place);
 }
 
+// An all-to-all-v's displacements for one buffer (`side` is "send" or "recv"): p entries, each
+// block inside the buffer and, when `apart`, no two nonzero blocks sharing an element.
+Status CheckDispls(const Checker& check, const std::string& side, std::span<const size_t> counts,
+                   std::span<const size_t> displs, size_t buffer_count, bool apart, size_t p) {
+  const std::string name = side + "_displs";
+  if (displs.size() != p) {
+    return check.Fail(name + " has " + Str(displs.size()) + " entries, not size (" + Str(p) + ")");
+  }
+  if (displs.data() == nullptr) return check.Fail(name + ".data() is null");
+  bool ascending = true;  // the nonzero blocks in rank order, each after the one before
+  size_t end = 0;
+  for (size_t q = 0; q < p; ++q) {
+    if (counts[q] == 0) continue;
+    if (displs[q] > buffer_count || counts[q] > buffer_count - displs[q]) {
+      return check.Fail(name + "[" + Str(q) + "] (" + Str(displs[q]) + ") + " + side + "_counts[" +
+                        Str(q) + "] (" + Str(counts[q]) + ") runs past " + side + ".count (" +
+                        Str(buffer_count) + ")");
+    }
+    ascending = ascending && displs[q] >= end;
+    end = displs[q] + counts[q];
+  }
+  if (!apart || ascending) return Status::Ok();
+  // Out of order: sort the nonzero blocks by start (allocates, off the common path).
+  std::vector<size_t> order;
+  for (size_t q = 0; q < p; ++q) {
+    if (counts[q] > 0) order.push_back(q);
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return displs[a] != displs[b] ? displs[a] < displs[b] : a < b;
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const size_t a = order[i - 1];
+    const size_t b = order[i];
+    if (displs[a] + counts[a] > displs[b]) {
+      return check.Fail(side + " blocks " + Str(a) + " [" + Str(displs[a]) + ", " +
+                        Str(displs[a] + counts[a]) + ") and " + Str(b) + " [" + Str(displs[b]) +
+                        ", " + Str(displs[b] + counts[b]) + ") overlap");
+    }
+  }
+  return Status::Ok();
+}
+
 // The same for a v-variant: the arrays this rank uses have one entry per rank, and the
 // buffers hold what they say.
 Status CheckVariedCounts(const Checker& check, const CollectiveInfo& c, const CallArgs& call,
@@ -157,12 +199,18 @@ Status CheckVariedCounts(const Checker& check, const CollectiveInfo& c, const Ca
     return is_p ? "the sum of " + name : name + "[" + Str(own) + "]";
   };
   const bool recv_is_p = both || !send_is_p;
-  if (want.send != send.count) {
+  if (!call.send_displs.empty()) {
+    CHORUS_RETURN_IF_ERROR(CheckDispls(check, "send", call.send_counts, call.send_displs,
+                                       send.count, /*apart=*/false, p));
+  } else if (want.send != send.count) {
     return check.Fail("send.count (" + Str(send.count) + ") != " +
                       relation(send_is_p, send_is_p ? send_name : recv_name) + " (" +
                       Str(want.send) + ")");
   }
-  if (want.recv != recv.count) {
+  if (!call.recv_displs.empty()) {
+    CHORUS_RETURN_IF_ERROR(CheckDispls(check, "recv", call.recv_counts, call.recv_displs,
+                                       recv.count, /*apart=*/true, p));
+  } else if (want.recv != recv.count) {
     return check.Fail("recv.count (" + Str(recv.count) + ") != " +
                       relation(recv_is_p, recv_is_p ? recv_name : send_name) + " (" +
                       Str(want.recv) + ")");
@@ -217,6 +265,10 @@ Status ValidateCall(const CallShape& shape, const CallArgs& call, const CallOpti
       CHORUS_RETURN_IF_ERROR(
           check.Buffer("send", call.send.data, call.send.count, call.send.dtype));
     }
+  }
+  if ((!call.send_displs.empty() || !call.recv_displs.empty()) &&
+      call.kind != CollectiveKind::kAllToAllV) {
+    return check.Fail("displacements are for alltoallv only");
   }
   const CallArgs used = Normalized(call, shape.rank);
   const ConstBuffer send = used.send;

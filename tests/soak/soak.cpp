@@ -88,7 +88,9 @@ std::vector<Call> PlanJob(unsigned seed, int p, const Flags& flags) {
       if (a.kind == c.kind && a.name != "hierarchical") names.emplace_back(a.name);
     }
     c.algorithm = names[rng() % names.size()];
-    c.in_place = rng() % 2 == 0 && testing::HasInPlace(internal::Collective(c.kind));
+    // In place, or for all-to-all-v displaced blocks.
+    const internal::CollectiveInfo& info = internal::Collective(c.kind);
+    c.in_place = rng() % 2 == 0 && (testing::HasInPlace(info) || testing::TakesDispls(info));
     calls.push_back(c);
   }
   return calls;

@@ -188,9 +188,10 @@ inline size_t TotalOf(CollectiveKind kind, size_t n, int p) {
 }
 
 // Elements a CallBuffers needs for a case of `kind` with block n (a v-collective's blocks
-// hold up to n + 4, VariedCount).
+// hold up to n + 4, VariedCount, and displaced ones have p + 1 gaps of one element).
 inline size_t BufferElementsOf(CollectiveKind kind, size_t n, int p) {
-  return TotalOf(kind, internal::Collective(kind).varied ? n + 4 : n, p);
+  if (!internal::Collective(kind).varied) return TotalOf(kind, n, p);
+  return TotalOf(kind, n + 4, p) + static_cast<size_t>(p) + 1;
 }
 
 struct CheckedResult {
@@ -226,8 +227,17 @@ inline size_t VariedCount(size_t n, int from, int to) {
 struct CaseLayout {
   std::vector<size_t> send;  // one entry per block
   std::vector<size_t> recv;
-  size_t send_count() const { return Sum(send); }
-  size_t recv_count() const { return Sum(recv); }
+  // Displaced (all-to-all-v's second placement): where each block starts, and the buffers'
+  // counts, which then include the gaps. Empty and 0 when the blocks lie back to back.
+  std::vector<size_t> send_at;
+  std::vector<size_t> recv_at;
+  size_t send_extent = 0;
+  size_t recv_extent = 0;
+  bool displaced() const { return !send_at.empty(); }
+  size_t send_count() const { return displaced() ? send_extent : Sum(send); }
+  size_t recv_count() const { return displaced() ? recv_extent : Sum(recv); }
+  size_t SendAt(size_t j) const { return displaced() ? send_at[j] : Offset(send, j); }
+  size_t RecvAt(size_t j) const { return displaced() ? recv_at[j] : Offset(recv, j); }
   static size_t Sum(const std::vector<size_t>& v) {
     size_t s = 0;
     for (size_t x : v) s += x;
@@ -264,6 +274,25 @@ inline bool HasInPlace(const internal::CollectiveInfo& c) {
   return c.counts != internal::Counts::kNone && !c.in_place.empty();
 }
 
+// Whether a collective takes displacements (all-to-all-v). Its walks' second placement is
+// then "displaced" where the others' is in place.
+inline bool TakesDispls(const internal::CollectiveInfo& c) {
+  return c.kind == CollectiveKind::kAllToAllV;
+}
+
+// Places the blocks in reverse rank order, with a gap of one element before each and after
+// the last, so that a call that ignored the displacements, or wrote outside its blocks, shows.
+inline std::vector<size_t> Displaced(const std::vector<size_t>& lengths, size_t* extent) {
+  std::vector<size_t> at(lengths.size());
+  size_t next = 1;
+  for (size_t j = lengths.size(); j-- > 0;) {
+    at[j] = next;
+    next += lengths[j] + 1;
+  }
+  *extent = next;
+  return at;
+}
+
 // One call of `kind` with block n on this rank of p, with inputs whose result is known
 // exactly; checks what the collective's row (base/collectives.h) says each rank ends with, and
 // that an input the call must not change did not change.
@@ -275,7 +304,14 @@ inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataTy
   const int p = comm.size();
   const int r = comm.rank();
   const bool is_root = r == root;
-  const CaseLayout layout = LayoutOf(c, n, p, r);
+  CaseLayout layout = LayoutOf(c, n, p, r);
+  // The second placement of a collective that takes displacements.
+  const bool displaced = in_place && TakesDispls(c);
+  if (displaced) {
+    layout.send_at = Displaced(layout.send, &layout.send_extent);
+    layout.recv_at = Displaced(layout.recv, &layout.recv_extent);
+    in_place = false;
+  }
   const size_t send_count = layout.send_count();
   const size_t recv_count = layout.recv_count();
   const size_t elem = DataTypeSize(t);
@@ -297,8 +333,7 @@ inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataTy
   // its rank and block apart.
   if (c.outcome == Outcome::kMoved) {
     for (size_t j = 0; j < layout.send.size(); ++j) {
-      FillMoved(t, r, static_cast<int>(j), layout.send[j],
-                in + CaseLayout::Offset(layout.send, j) * elem);
+      FillMoved(t, r, static_cast<int>(j), layout.send[j], in + layout.SendAt(j) * elem);
     }
   } else if (c.outcome != Outcome::kNothing) {
     FillInput(t, op, r, 0, send_count, in);
@@ -308,6 +343,10 @@ inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataTy
   if (c.varied) {
     if (internal::SendIsPerRank(c.counts)) args.send_counts = layout.send;
     if (internal::RecvIsPerRank(c.counts)) args.recv_counts = layout.recv;
+  }
+  if (displaced) {
+    args.send_displs = layout.send_at;
+    args.recv_displs = layout.recv_at;
   }
   CheckedResult result{CallCollective(comm, args, options), ""};
   if (!result.status.ok()) return result;
@@ -335,8 +374,18 @@ inline CheckedResult CheckedCall(Communicator& comm, CollectiveKind kind, DataTy
       for (size_t j = 0; j < layout.recv.size() && writes_recv && diff.empty(); ++j) {
         const internal::BlockSource from = c.source(r, static_cast<int>(j), root);
         FillMoved(t, from.rank, from.block, layout.recv[j], want);
-        diff = Compare(t, out + CaseLayout::Offset(layout.recv, j) * elem, want, layout.recv[j]);
+        diff = Compare(t, out + layout.RecvAt(j) * elem, want, layout.recv[j]);
         if (!diff.empty()) diff = "block " + std::to_string(j) + ": " + diff;
+      }
+      if (displaced && diff.empty()) {  // and the gaps as they were
+        std::memset(want, 0xA5, recv_count * elem);
+        for (size_t j = 0; j < layout.recv.size(); ++j) {
+          const internal::BlockSource from = c.source(r, static_cast<int>(j), root);
+          FillMoved(t, from.rank, from.block, layout.recv[j],
+                    static_cast<std::byte*>(want) + layout.RecvAt(j) * elem);
+        }
+        diff = Compare(t, out, want, recv_count);
+        if (!diff.empty()) diff = "outside the displaced blocks: " + diff;
       }
       break;
     case Outcome::kNothing:
@@ -391,8 +440,9 @@ inline std::vector<WalkStep> WalkOf(const MatrixParam& m) {
   if (c.counts == internal::Counts::kNone) {
     return {{DataType::kInt8, ReduceOp::kSum, false}};  // a barrier: one call
   }
-  // A collective without an in-place form makes every call out of place.
-  const bool in_place_too = HasInPlace(c);
+  // A collective without an in-place form makes every call out of place; all-to-all-v's
+  // second placement is displaced blocks.
+  const bool in_place_too = HasInPlace(c) || TakesDispls(c);
   std::vector<WalkStep> steps;
   switch (WalkKindOf(m)) {
     case Walk::kRepresentative:
@@ -438,7 +488,7 @@ inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixPa
     std::string what(c.counts != internal::Counts::kNone ? DataTypeName(t)
                                                          : std::string_view("no data"));
     if (c.reduces) what.append(" ").append(ReduceOpName(op));
-    what.append(in_place ? " in-place" : " out-of-place");
+    what.append(!in_place ? " out-of-place" : TakesDispls(c) ? " displaced" : " in-place");
     what.append(" rank ").append(std::to_string(comm.rank()));
     const CheckedResult got =
         CheckedCall(comm, m.kind, t, op, n, RootOf(m), in_place, call, buffers);
