@@ -95,7 +95,7 @@ bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
 
 bool Anywhere(const CallShapeForSelection&) { return true; }
 
-constexpr std::array<AlgorithmInfo, 34> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 35> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce,
@@ -205,8 +205,11 @@ constexpr std::array<AlgorithmInfo, 34> kAlgorithms = {{
      "pipelined ring over the ranks' own blocks, none padded; p-1 steps, n - n_r bytes",
      "where direct is not", RingFits, RingReduceScatterV, model::RingReduceScatterVTerms},
     {CollectiveKind::kAllToAllV, "pairwise",
-     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "every transport", Anywhere,
-     PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "all but thread ranks",
+     NotThread, PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
+    {CollectiveKind::kAllToAllV, "direct",
+     "every block at once, read straight from its owner on threads; 1 step", "thread ranks",
+     IsThread, DirectAllToAllV, model::DirectAllToAllVTerms},
     {CollectiveKind::kGatherV, "direct", "every rank sends its block to the root; 1 step",
      "every transport", Anywhere, DirectGatherV, model::DirectGatherVTerms},
     {CollectiveKind::kScatterV, "direct", "the root sends block q to rank q; 1 step",

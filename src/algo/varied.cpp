@@ -157,6 +157,55 @@ Status PairwiseAllToAllV(const CallContext& ctx, const void* send, void* recv, s
   return ch.FlushReferenced();
 }
 
+Status DirectAllToAllV(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  const int p = ctx.transport->size();
+  const int r = ctx.transport->rank();
+  const size_t elem = ctx.elem_size;
+  const size_t segment = ctx.segment_elems;
+  if (p == 1) return PairwiseAllToAllV(ctx, send, recv, count);
+  Channel ch(ctx);
+  CopyOwn(ch, BlockAt(send, ctx.send_counts, ctx.send_displs, r, elem),
+          const_cast<void*>(BlockAt(recv, ctx.recv_counts, ctx.recv_displs, r, elem).data));
+  // Segment-outer, as the direct all-to-all: in round k every rank posts segment k of each
+  // block it has for a peer (an empty block has one empty segment), then takes segment k of
+  // each block for it. The rounds of a pair are the same on both sides (its count), so a rank
+  // runs as many as its longest block needs; one whose blocks are short returns early.
+  size_t rounds = 1;
+  for (int q = 0; q < p; ++q) {
+    if (q == r) continue;
+    const auto u = static_cast<size_t>(q);
+    rounds = std::max({rounds, MessagesFor(ctx.send_counts[u], segment),
+                       MessagesFor(ctx.recv_counts[u], segment)});
+  }
+  for (size_t k = 0; k < rounds; ++k) {
+    ch.SetSegment(k, rounds);
+    ch.SetStep(0, 2);
+    for (int i = 1; i < p; ++i) {
+      const int q = (r + i) % p;
+      const Block out = BlockAt(send, ctx.send_counts, ctx.send_displs, q, elem);
+      if (k >= MessagesFor(out.n, segment)) continue;
+      ch.SetPairCount(out.n);
+      CHORUS_RETURN_IF_ERROR(
+          ch.Send(q, Advance(out.data, k * segment, elem), LengthOf(out.n, k, segment)));
+    }
+    ch.SetStep(1, 2);
+    for (int i = 1; i < p; ++i) {
+      const int q = (r + p - i) % p;
+      const Block in = BlockAt(recv, ctx.recv_counts, ctx.recv_displs, q, elem);
+      if (k >= MessagesFor(in.n, segment)) continue;
+      ch.SetPairCount(in.n);
+      const size_t n = LengthOf(in.n, k, segment);
+      Message m;
+      CHORUS_RETURN_IF_ERROR(ch.Await(q, n, &m));
+      if (n > 0) {
+        ch.CopyOut(const_cast<void*>(Advance(in.data, k * segment, elem)), m.data, m.bytes);
+      }
+      ch.Done(q, m);
+    }
+  }
+  return ch.FlushReferenced();
+}
+
 Status DirectGatherV(const CallContext& ctx, const void* send, void* recv, size_t) {
   const int p = ctx.transport->size();
   const int r = ctx.transport->rank();

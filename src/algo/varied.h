@@ -13,6 +13,8 @@
 //   direct reduce-scatter-v   block q of every rank's send goes to rank q, which reduces the p
 //                             of them in rank order; segment-outer, one step
 //   pairwise all-to-all-v     the all-to-all's rounds, with each pair's own lengths
+//   direct all-to-all-v       every block at once, segment-outer (thread ranks: each read
+//                             straight from its owner's buffer); one step
 //   direct gather-v           every rank sends its block to the root
 //   direct scatter-v          the root sends block q to rank q
 //
@@ -29,6 +31,7 @@ namespace chorus::internal {
 Status PairwiseAllGatherV(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectReduceScatterV(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status PairwiseAllToAllV(const CallContext& ctx, const void* send, void* recv, size_t count);
+Status DirectAllToAllV(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectGatherV(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status DirectScatterV(const CallContext& ctx, const void* send, void* recv, size_t count);
 

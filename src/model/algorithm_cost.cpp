@@ -172,6 +172,7 @@ AlgorithmTerms RingAllGatherVTerms(int p) { return RingAllGatherTerms(p); }
 AlgorithmTerms DirectAllGatherVTerms(int p) { return DirectAllGatherTerms(p); }
 AlgorithmTerms RingReduceScatterVTerms(int p) { return RingReduceScatterTerms(p); }
 AlgorithmTerms PairwiseAllToAllVTerms(int p) { return PairwiseAllToAllTerms(p); }
+AlgorithmTerms DirectAllToAllVTerms(int p) { return DirectAllToAllTerms(p); }
 AlgorithmTerms DirectGatherVTerms(int p) { return DirectGatherTerms(p); }
 AlgorithmTerms DirectScatterVTerms(int p) { return DirectScatterTerms(p); }
 

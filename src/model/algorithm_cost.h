@@ -80,6 +80,7 @@ AlgorithmTerms RingAllGatherVTerms(int p);
 AlgorithmTerms DirectAllGatherVTerms(int p);
 AlgorithmTerms RingReduceScatterVTerms(int p);
 AlgorithmTerms PairwiseAllToAllVTerms(int p);
+AlgorithmTerms DirectAllToAllVTerms(int p);
 AlgorithmTerms DirectGatherVTerms(int p);
 AlgorithmTerms DirectScatterVTerms(int p);
 
