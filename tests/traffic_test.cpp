@@ -1,12 +1,15 @@
 // The traffic counters measured on real runs equal the cost model's bytes, exactly, per rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "algo/select.h"
 #include "chorus/chorus.h"
+#include "model/algorithm_cost.h"
 #include "model/cost_model.h"
 #include "support/spawn.h"
 
@@ -239,6 +242,37 @@ TEST(TrafficMatchesModel, RingVCollectivesNeverPad) {
         EXPECT_EQ(gathered[r].bytes_received, n - block(r));
         EXPECT_EQ(scattered[r].bytes_sent, n - block(r));
         EXPECT_EQ(scattered[r].bytes_received, n - block(r - 1));
+      }
+    }
+  }
+}
+
+// All-to-all: every rank of every algorithm sends and receives exactly its cost row's share of
+// the buffer (the same on every rank), in place and out of place, with segments that split
+// Bruck's packed runs.
+TEST(TrafficMatchesModel, AllToAllAlgorithmsMoveTheirRowsBytes) {
+  for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
+    if (a.kind != CollectiveKind::kAllToAll) continue;
+    for (int p : {2, 3, 4, 5, 8}) {
+      SCOPED_TRACE(std::string(a.name) + " p " + std::to_string(p));
+      constexpr size_t kBlock = 7;
+      const size_t n = kBlock * static_cast<size_t>(p);
+      const double sent = model::TermsFor(a.terms.get(), p).sent * static_cast<double>(n) * 4;
+      const auto want = static_cast<uint64_t>(std::llround(sent));
+      EXPECT_DOUBLE_EQ(static_cast<double>(want), sent);
+      auto group = CreateLocalGroup(p);
+      ASSERT_TRUE(group.ok()) << group.status();
+      std::vector<Traffic> traffic(static_cast<size_t>(p));
+      testing::RunRanks(*group, [&](Communicator& comm) {
+        std::vector<float> in(n, float(comm.rank())), out(n);
+        const CallOptions options{.segment_bytes = 40, .algorithm = std::string(a.name)};
+        EXPECT_TRUE(comm.AllToAll(std::span<const float>(in), std::span<float>(out), options).ok());
+        EXPECT_TRUE(comm.AllToAll(std::span<float>(in), options).ok());  // in place
+        traffic[static_cast<size_t>(comm.rank())] = comm.traffic().of(CollectiveKind::kAllToAll);
+      });
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(traffic[r].bytes_sent, 2 * want) << "rank " << r;
+        EXPECT_EQ(traffic[r].bytes_received, 2 * want) << "rank " << r;
       }
     }
   }

@@ -92,10 +92,24 @@ bool RsGatherFits(const CallShapeForSelection& s) { return !IsThread(s) && s.ran
 bool OnOneHost(const CallShapeForSelection& s) { return !IsNetwork(s); }
 // All-to-all on thread ranks reads every block straight from its owner.
 bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
+// Bruck's all-to-all trades p - 1 steps for ceil(log2 p) of about half the buffer each: over
+// TCP from 4 ranks while the blocks are small. Loopback, medians of 2-3 interleaved runs
+// (bruck / pairwise): p = 4, 32 B 171-197 / 192-256 us, 16 KiB 176-188 / 192-232, 32 KiB level,
+// 64 KiB 249-309 / 180-301; p = 8, 32 B 586-694 / 1014-1185, 64 KiB 774-1009 / 1186-1338,
+// 256 KiB 1542-1796 / 1332-1586. At p = 3 (2 steps against 3 rounds) pairwise won from 4 KiB
+// and tied below.
+constexpr size_t kBruckAllToAllMaxBlockBytes = size_t{8} << 10;
+bool BruckAllToAllFits(const CallShapeForSelection& s) {
+  return s.transport == TransportKind::kTcp && !s.multi_host && s.ranks >= 4 &&
+         s.bytes <= kBruckAllToAllMaxBlockBytes * static_cast<size_t>(s.ranks);
+}
+bool PairwiseAllToAllFits(const CallShapeForSelection& s) {
+  return NotThread(s) && !BruckAllToAllFits(s);
+}
 
 bool Anywhere(const CallShapeForSelection&) { return true; }
 
-constexpr std::array<AlgorithmInfo, 35> kAlgorithms = {{
+constexpr std::array<AlgorithmInfo, 36> kAlgorithms = {{
     {CollectiveKind::kAllReduce, "oneshot",
      "every rank sends its input to every peer and reduces all p inputs itself; 1 step",
      "thread ranks <= 16 KiB; shm ranks <= 64 KiB; TCP ranks", OneShotFits, OneShotAllReduce,
@@ -182,7 +196,12 @@ constexpr std::array<AlgorithmInfo, 35> kAlgorithms = {{
      Anywhere, DirectScatter, model::DirectScatterTerms},
     {CollectiveKind::kAllToAll, "pairwise",
      "rounds of pairs swapping their blocks; p-1 rounds (p for odd p), (p-1)/p n bytes",
-     "all but thread ranks", NotThread, PairwiseAllToAll, model::PairwiseAllToAllTerms},
+     "all but thread ranks and small TCP calls", PairwiseAllToAllFits, PairwiseAllToAll,
+     model::PairwiseAllToAllTerms},
+    {CollectiveKind::kAllToAll, "bruck",
+     "Bruck: ceil(log2 p) steps, each sending the blocks whose position has that bit set",
+     "TCP ranks >= 4, one host or one per host, blocks <= 8 KiB", BruckAllToAllFits, BruckAllToAll,
+     model::BruckAllToAllTerms},
     {CollectiveKind::kAllToAll, "direct",
      "every block at once, read straight from its owner (in place: pairwise); 1 step",
      "thread ranks", IsThread, DirectAllToAll, model::DirectAllToAllTerms},

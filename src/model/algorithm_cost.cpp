@@ -157,6 +157,15 @@ AlgorithmTerms PairwiseAllToAllTerms(int p) {
   return {.steps = p % 2 == 0 ? p - 1.0 : p * 1.0, .sent = (p - 1.0) / p, .reduced = 0};
 }
 
+// Bruck: ceil(lg p) steps; step 2^k sends the positions in [0, p) with bit k set, n/p each.
+AlgorithmTerms BruckAllToAllTerms(int p) {
+  double blocks = 0;
+  for (int bit = 1; bit < p; bit *= 2) {
+    for (int i = 0; i < p; ++i) blocks += (i & bit) != 0 ? 1 : 0;
+  }
+  return {.steps = static_cast<double>(Log2Ceil(p)), .sent = blocks / p, .reduced = 0};
+}
+
 // Every block at once: 1 step, (p-1)/p n out (on thread ranks by reference).
 AlgorithmTerms DirectAllToAllTerms(int p) {
   return {.steps = 1, .sent = (p - 1.0) / p, .reduced = 0};

@@ -73,6 +73,7 @@ AlgorithmTerms DirectGatherTerms(int p);
 AlgorithmTerms DirectScatterTerms(int p);
 AlgorithmTerms PairwiseAllToAllTerms(int p);
 AlgorithmTerms DirectAllToAllTerms(int p);
+AlgorithmTerms BruckAllToAllTerms(int p);
 // The v-collectives, costed at even counts (n / p per block).
 AlgorithmTerms PairwiseAllGatherVTerms(int p);
 AlgorithmTerms DirectReduceScatterVTerms(int p);
