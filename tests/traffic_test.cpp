@@ -1,6 +1,7 @@
 // The traffic counters measured on real runs equal the cost model's bytes, exactly, per rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -8,9 +9,11 @@
 #include <vector>
 
 #include "algo/select.h"
+#include "base/collectives.h"
 #include "chorus/chorus.h"
 #include "model/algorithm_cost.h"
 #include "model/cost_model.h"
+#include "model/rank_bytes.h"
 #include "support/spawn.h"
 
 namespace chorus {
@@ -273,6 +276,96 @@ TEST(TrafficMatchesModel, AllToAllAlgorithmsMoveTheirRowsBytes) {
       for (int r = 0; r < p; ++r) {
         EXPECT_EQ(traffic[r].bytes_sent, 2 * want) << "rank " << r;
         EXPECT_EQ(traffic[r].bytes_received, 2 * want) << "rank " << r;
+      }
+    }
+  }
+}
+
+// Every v-collective algorithm, random counts with zeros, every rank: the counters equal
+// model::VariedRankBytes to the byte (so no block is padded), whatever the segment size.
+TEST(TrafficMatchesModel, VariedAlgorithmsMoveTheModelsBytes) {
+  std::mt19937 random(20261206);
+  for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
+    if (!internal::Collective(a.kind).varied) continue;
+    for (int p : {2, 3, 5}) {
+      for (int trial = 0; trial < 2; ++trial) {
+        const auto n = static_cast<size_t>(p);
+        // pair[i][j]: what rank i sends rank j (all-to-all-v); the shared counts are pair[0].
+        std::vector<std::vector<size_t>> pair(n, std::vector<size_t>(n));
+        for (auto& row : pair) {
+          for (size_t& c : row) c = random() % 3 == 0 ? 0 : random() % 300;
+        }
+        const std::vector<size_t>& counts = pair[0];
+        const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+        const int root = trial % p;
+        const std::string what = std::string(CollectiveKindName(a.kind)) + " " +
+                                 std::string(a.name) + " p " + std::to_string(p) + " trial " +
+                                 std::to_string(trial);
+        SCOPED_TRACE(what);
+        auto group = CreateLocalGroup(p);
+        ASSERT_TRUE(group.ok()) << group.status();
+        std::vector<Traffic> traffic(n);
+        std::vector<Status> status(n);
+        testing::RunRanks(*group, [&](Communicator& comm) {
+          const auto r = static_cast<size_t>(comm.rank());
+          std::vector<size_t> send_counts(n), recv_counts(n);
+          for (size_t q = 0; q < n; ++q) {
+            send_counts[q] = pair[r][q];
+            recv_counts[q] = pair[q][r];
+          }
+          std::vector<float> big(
+              std::max(total,
+                       std::accumulate(send_counts.begin(), send_counts.end(), size_t{0}) +
+                           std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0})),
+              1.0f);
+          std::vector<float> small(big.size(), 0.0f);
+          const CallOptions options{.segment_bytes = 64, .algorithm = std::string(a.name)};
+          const bool at_root = comm.rank() == root;
+          Status s;
+          if (a.kind == CollectiveKind::kAllGatherV) {
+            s = comm.AllGatherV({small.data(), counts[r], DataType::kFloat32},
+                                {big.data(), total, DataType::kFloat32}, counts, options);
+          } else if (a.kind == CollectiveKind::kReduceScatterV) {
+            s = comm.ReduceScatterV({big.data(), total, DataType::kFloat32},
+                                    {small.data(), counts[r], DataType::kFloat32}, counts,
+                                    ReduceOp::kSum, options);
+          } else if (a.kind == CollectiveKind::kAllToAllV) {
+            const size_t out = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+            const size_t in = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+            s = comm.AllToAllV({big.data(), out, DataType::kFloat32}, send_counts,
+                               {small.data(), in, DataType::kFloat32}, recv_counts, options);
+          } else if (a.kind == CollectiveKind::kGatherV) {
+            s = comm.GatherV({small.data(), counts[r], DataType::kFloat32},
+                             {big.data(), at_root ? total : 0, DataType::kFloat32}, counts, root,
+                             options);
+          } else if (a.kind == CollectiveKind::kScatterV) {
+            s = comm.ScatterV({big.data(), at_root ? total : 0, DataType::kFloat32}, counts,
+                              {small.data(), counts[r], DataType::kFloat32}, root, options);
+          } else {
+            s = Internal("a v-collective this test does not call: add it");
+          }
+          status[r] = s;
+          traffic[r] = comm.traffic().of(a.kind);
+        });
+        for (int r = 0; r < p; ++r) {
+          ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+          std::vector<size_t> send_counts(n), recv_counts(n);
+          for (size_t q = 0; q < n; ++q) {
+            send_counts[q] = pair[r][q];
+            recv_counts[q] = pair[q][r];
+          }
+          const bool personal = a.kind == CollectiveKind::kAllToAllV;
+          const std::optional<model::RankBytes> want =
+              model::VariedRankBytes(a.name, {.kind = a.kind,
+                                              .rank = r,
+                                              .root = root,
+                                              .send_counts = personal ? send_counts : counts,
+                                              .recv_counts = recv_counts,
+                                              .elem = 4});
+          ASSERT_TRUE(want.has_value()) << "the model has no row for " << what;
+          EXPECT_EQ(traffic[r].bytes_sent, want->sent) << "rank " << r;
+          EXPECT_EQ(traffic[r].bytes_received, want->received) << "rank " << r;
+        }
       }
     }
   }

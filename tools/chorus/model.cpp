@@ -2,6 +2,7 @@
 //
 //   chorus model --op allreduce -n 4 --bytes 1M --transport shm
 //   chorus model --op allgather -n 3 --bytes 64K --no-measure
+//   chorus model --op allgatherv -n 4 --counts 0,5,100,7
 //
 // One row per algorithm of the collective: the model's steps and bytes per rank, its predicted
 // time (model/algorithm_cost.h, with the parameters of the tuning in use: the tuning file or the
@@ -9,6 +10,11 @@
 // (bench_child.h; skipped with --no-measure), and whether the selection rule allows it for this
 // shape. The last lines say which algorithm the library's selection (src/algo/select.h) picks
 // for the shape and why, and which allowed algorithm the model predicts fastest.
+//
+// With --counts (the v-collectives) it prints instead, for each algorithm and rank, the bytes
+// the model says the rank sends and receives for those uneven counts (model/rank_bytes.h)
+// beside the bytes the traffic counters show after a real call on thread ranks, and exits 1 if
+// any differ.
 //
 // Algorithms the model knows but this build's selection table lacks are listed as "not in
 // library", without a measurement. The size is rounded as `chorus bench` rounds it (a whole
@@ -27,11 +33,13 @@
 #include <vector>
 
 #include "algo/select.h"
+#include "base/collectives.h"
 #include "bench_child.h"
 #include "bench_config.h"
 #include "chorus/chorus.h"
 #include "commands.h"
 #include "model/algorithm_cost.h"
+#include "model/rank_bytes.h"
 #include "model/tuning.h"
 #include "rank_group.h"
 #include "tuning_env.h"
@@ -49,6 +57,7 @@ struct ModelFlags {
   std::string transport = "thread";
   bool measure = true;
   int iters = 30;
+  std::vector<size_t> counts;  // --counts: a v-collective's blocks, in elements
 };
 
 struct Row {
@@ -78,6 +87,121 @@ Result<double> MeasureAlgorithm(const ModelFlags& flags, BenchOp op, std::string
   return out->rows.front().median_us * 1e-6;
 }
 
+// The counts of rank r of a v-call from --counts: p entries are the shared counts (for
+// all-to-all-v: every rank sends counts[q] to rank q); p * p entries, all-to-all-v only, are
+// row i rank i's send_counts.
+struct VariedCounts {
+  std::vector<size_t> send;
+  std::vector<size_t> recv;
+};
+VariedCounts CountsOfRank(const std::vector<size_t>& flat, int p, int r, bool personal) {
+  const auto n = static_cast<size_t>(p);
+  const auto u = static_cast<size_t>(r);
+  VariedCounts v;
+  if (!personal) {
+    v.send = flat;
+    v.recv = flat;
+    return v;
+  }
+  for (size_t q = 0; q < n; ++q) {
+    v.send.push_back(flat.size() == n ? flat[q] : flat[u * n + q]);
+    v.recv.push_back(flat.size() == n ? flat[u] : flat[q * n + u]);
+  }
+  return v;
+}
+
+// --counts: the model's bytes per rank against the counters of a real call on thread ranks.
+int RunVariedModel(const ModelFlags& flags, CollectiveKind kind) {
+  const internal::CollectiveInfo& c = internal::Collective(kind);
+  const int p = flags.ranks;
+  const auto n = static_cast<size_t>(p);
+  const bool personal = c.counts == internal::Counts::kBothAreP;
+  if (!c.varied || flags.counts.empty() ||
+      (flags.counts.size() != n && !(personal && flags.counts.size() == n * n))) {
+    std::fprintf(stderr,
+                 "chorus model: --counts takes a v-collective (allgatherv, reducescatterv, "
+                 "alltoallv, gatherv, scatterv) and -n entries (alltoallv: -n or -n * -n)\n");
+    return kExitUsage;
+  }
+  constexpr int kRoot = 0;
+  std::string list;
+  for (size_t x : flags.counts) list += (list.empty() ? "" : ",") + std::to_string(x);
+  std::printf(
+      "# chorus model: %s, %d ranks, counts %s (float32, root %d): bytes per rank, the "
+      "model's against the counters of one call on thread ranks\n",
+      std::string(c.name).c_str(), p, list.c_str(), kRoot);
+  std::printf("# %-10s %5s %14s %14s %14s %14s\n", "algorithm", "rank", "model sent",
+              "counted sent", "model recv", "counted recv");
+  bool all_equal = true;
+  for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
+    if (info.kind != kind) continue;
+    auto group = CreateLocalGroup(p);
+    if (!group.ok()) {
+      std::fprintf(stderr, "chorus model: %s\n", group.status().ToString().c_str());
+      return kExitFailed;
+    }
+    std::vector<Traffic> counted(n);
+    std::vector<Status> status(n, Status::Ok());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r) {
+      threads.emplace_back([&, r] {
+        Communicator& comm = (*group)[static_cast<size_t>(r)];
+        const VariedCounts v = CountsOfRank(flags.counts, p, r, personal);
+        // A buffer of one block holds the rank's own (off the root too).
+        const size_t own = flags.counts[personal ? 0 : static_cast<size_t>(r)];
+        internal::CallArgs args{kind,
+                                {nullptr, own, DataType::kFloat32},
+                                {nullptr, own, DataType::kFloat32},
+                                ReduceOp::kSum,
+                                kRoot,
+                                {},
+                                {}};
+        if (internal::SendIsPerRank(c.counts)) args.send_counts = v.send;
+        if (internal::RecvIsPerRank(c.counts)) args.recv_counts = v.recv;
+        const internal::CallCounts want = internal::VariedCountsOf(c, args, r);
+        std::vector<float> send(want.send, 1.0f), recv(want.recv);
+        args.send = {send.data(), send.size(), DataType::kFloat32};
+        args.recv = {recv.data(), recv.size(), DataType::kFloat32};
+        status[static_cast<size_t>(r)] =
+            internal::RunCollective(comm, args, {.algorithm = std::string(info.name)});
+        counted[static_cast<size_t>(r)] = comm.traffic().of(kind);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < p; ++r) {
+      const auto u = static_cast<size_t>(r);
+      if (!status[u].ok()) {
+        std::printf("  %-10s %5d  the call failed: %s\n", std::string(info.name).c_str(), r,
+                    status[u].ToString().c_str());
+        all_equal = false;
+        continue;
+      }
+      const VariedCounts v = CountsOfRank(flags.counts, p, r, personal);
+      const std::optional<model::RankBytes> m =
+          model::VariedRankBytes(info.name, {.kind = kind,
+                                             .rank = r,
+                                             .root = kRoot,
+                                             .send_counts = personal ? v.send : flags.counts,
+                                             .recv_counts = v.recv,
+                                             .elem = 4});
+      const auto text = [&](std::optional<uint64_t> x) {
+        return x ? std::to_string(*x) : std::string("-");
+      };
+      const std::optional<uint64_t> ms = m ? std::optional<uint64_t>(m->sent) : std::nullopt;
+      const std::optional<uint64_t> mr = m ? std::optional<uint64_t>(m->received) : std::nullopt;
+      const bool equal = m && ms == counted[u].bytes_sent && mr == counted[u].bytes_received;
+      all_equal = all_equal && equal;
+      std::printf("  %-10s %5d %14s %14llu %14s %14llu%s\n", std::string(info.name).c_str(), r,
+                  text(ms).c_str(), static_cast<unsigned long long>(counted[u].bytes_sent),
+                  text(mr).c_str(), static_cast<unsigned long long>(counted[u].bytes_received),
+                  equal ? "" : "  differs");
+    }
+  }
+  std::printf(all_equal ? "model and counters agree on every rank\n"
+                        : "model and counters DIFFER\n");
+  return all_equal ? 0 : kExitFailed;
+}
+
 int RunModel(const ModelFlags& flags) {
   const std::optional<BenchOp> op = ParseBenchOp(flags.op);
   const std::optional<size_t> requested_bytes = ParseBytes(flags.bytes);
@@ -97,6 +221,7 @@ int RunModel(const ModelFlags& flags) {
     return kExitUsage;
   }
   const CollectiveKind kind = KindOf(*op);
+  if (!flags.counts.empty()) return RunVariedModel(flags, kind);
 
   // The size as chorus bench runs it: whole float32 elements, a multiple of p for RS and AG.
   BenchConfig sizing;
@@ -253,6 +378,12 @@ void AddModelCommand(CLI::App& app, int& exit_code) {
   sub->add_flag("--measure,!--no-measure", flags->measure,
                 "time each algorithm with chorus bench (default), or only predict");
   sub->add_option("--iters", flags->iters, "timed calls per algorithm")->capture_default_str();
+  sub->add_option("--counts", flags->counts,
+                  "a v-collective's block lengths in elements, comma-separated (-n of them; "
+                  "alltoallv: -n, each rank sending counts[q] to rank q, or -n * -n, row i rank "
+                  "i's send_counts): print each rank's bytes, the model's beside the counters' "
+                  "after a call on thread ranks, instead of times")
+      ->delimiter(',');
   sub->footer(
       "Predictions use the tuning file ($CHORUS_TUNING_FILE, $XDG_CONFIG_HOME/chorus/tuning.conf "
       "or ~/.config/chorus/tuning.conf, written by chorus tune) or the built-in defaults.\n"
