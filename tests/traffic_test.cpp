@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -281,88 +282,85 @@ TEST(TrafficMatchesModel, AllToAllAlgorithmsMoveTheirRowsBytes) {
   }
 }
 
-// Every v-collective algorithm, random counts with zeros, every rank: the counters equal
-// model::VariedRankBytes to the byte (so no block is padded), whatever the segment size.
-TEST(TrafficMatchesModel, VariedAlgorithmsMoveTheModelsBytes) {
+// Every algorithm but the hierarchical all-reduce (its bytes depend on the host layout), on
+// every rank, for several roots and counts (random ones with zeros for the v-collectives), with
+// segments that split the messages: the counters equal model::RankBytesOf to the byte. So no
+// block is padded, and a new algorithm needs its row in model/rank_bytes.cpp.
+TEST(TrafficMatchesModel, EveryAlgorithmMovesTheModelsBytes) {
   std::mt19937 random(20261206);
   for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
-    if (!internal::Collective(a.kind).varied) continue;
-    for (int p : {2, 3, 5}) {
-      for (int trial = 0; trial < 2; ++trial) {
-        const auto n = static_cast<size_t>(p);
-        // pair[i][j]: what rank i sends rank j (all-to-all-v); the shared counts are pair[0].
+    if (a.name == "hierarchical") continue;
+    const internal::CollectiveInfo& c = internal::Collective(a.kind);
+    const bool personal = c.counts == internal::Counts::kBothAreP;
+    for (int p : {1, 2, 3, 5, 6}) {
+      const auto n = static_cast<size_t>(p);
+      for (int trial = 0; trial < 4; ++trial) {
+        // Even collectives: a block of 0, 1, 7 or 1001 elements. The v-collectives: pair[i][j],
+        // what rank i sends rank j (all-to-all-v); the shared counts are pair[0].
+        const size_t block = std::array<size_t, 4>{0, 1, 7, 1001}[static_cast<size_t>(trial)];
         std::vector<std::vector<size_t>> pair(n, std::vector<size_t>(n));
         for (auto& row : pair) {
-          for (size_t& c : row) c = random() % 3 == 0 ? 0 : random() % 300;
+          for (size_t& x : row) x = random() % 3 == 0 ? 0 : random() % 300;
         }
         const std::vector<size_t>& counts = pair[0];
-        const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-        const int root = trial % p;
-        const std::string what = std::string(CollectiveKindName(a.kind)) + " " +
-                                 std::string(a.name) + " p " + std::to_string(p) + " trial " +
-                                 std::to_string(trial);
+        const int root = std::array<int, 4>{0, p - 1, p / 2, 1 % p}[static_cast<size_t>(trial)];
+        const internal::CallCounts even = internal::CountsFor(c, block, p);
+        const std::string what = std::string(c.name) + " " + std::string(a.name) + " p " +
+                                 std::to_string(p) + " trial " + std::to_string(trial) + " root " +
+                                 std::to_string(root);
         SCOPED_TRACE(what);
         auto group = CreateLocalGroup(p);
         ASSERT_TRUE(group.ok()) << group.status();
         std::vector<Traffic> traffic(n);
         std::vector<Status> status(n);
+        const auto counts_of = [&](size_t r, bool send) {
+          std::vector<size_t> v(n);
+          for (size_t q = 0; q < n; ++q) v[q] = send ? pair[r][q] : pair[q][r];
+          return v;
+        };
         testing::RunRanks(*group, [&](Communicator& comm) {
           const auto r = static_cast<size_t>(comm.rank());
-          std::vector<size_t> send_counts(n), recv_counts(n);
-          for (size_t q = 0; q < n; ++q) {
-            send_counts[q] = pair[r][q];
-            recv_counts[q] = pair[q][r];
+          const std::vector<size_t> send_counts = counts_of(r, true);
+          const std::vector<size_t> recv_counts = counts_of(r, false);
+          // The root's buffers on every rank (a root-only buffer is ignored elsewhere); a
+          // buffer of one v-block holds the rank's own.
+          internal::CallArgs args{a.kind,
+                                  {nullptr, c.varied ? counts[r] : even.send, DataType::kFloat32},
+                                  {nullptr, c.varied ? counts[r] : even.recv, DataType::kFloat32},
+                                  ReduceOp::kSum,
+                                  root,
+                                  {},
+                                  {}};
+          if (c.varied && internal::SendIsPerRank(c.counts)) {
+            args.send_counts = personal ? send_counts : counts;
           }
-          std::vector<float> big(
-              std::max(total,
-                       std::accumulate(send_counts.begin(), send_counts.end(), size_t{0}) +
-                           std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0})),
-              1.0f);
-          std::vector<float> small(big.size(), 0.0f);
-          const CallOptions options{.segment_bytes = 64, .algorithm = std::string(a.name)};
-          const bool at_root = comm.rank() == root;
-          Status s;
-          if (a.kind == CollectiveKind::kAllGatherV) {
-            s = comm.AllGatherV({small.data(), counts[r], DataType::kFloat32},
-                                {big.data(), total, DataType::kFloat32}, counts, options);
-          } else if (a.kind == CollectiveKind::kReduceScatterV) {
-            s = comm.ReduceScatterV({big.data(), total, DataType::kFloat32},
-                                    {small.data(), counts[r], DataType::kFloat32}, counts,
-                                    ReduceOp::kSum, options);
-          } else if (a.kind == CollectiveKind::kAllToAllV) {
-            const size_t out = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
-            const size_t in = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
-            s = comm.AllToAllV({big.data(), out, DataType::kFloat32}, send_counts,
-                               {small.data(), in, DataType::kFloat32}, recv_counts, options);
-          } else if (a.kind == CollectiveKind::kGatherV) {
-            s = comm.GatherV({small.data(), counts[r], DataType::kFloat32},
-                             {big.data(), at_root ? total : 0, DataType::kFloat32}, counts, root,
-                             options);
-          } else if (a.kind == CollectiveKind::kScatterV) {
-            s = comm.ScatterV({big.data(), at_root ? total : 0, DataType::kFloat32}, counts,
-                              {small.data(), counts[r], DataType::kFloat32}, root, options);
-          } else {
-            s = Internal("a v-collective this test does not call: add it");
+          if (c.varied && internal::RecvIsPerRank(c.counts)) {
+            args.recv_counts = personal ? recv_counts : counts;
           }
-          status[r] = s;
+          const internal::CallCounts sizes =
+              c.varied ? internal::VariedCountsOf(c, args, comm.rank()) : even;
+          std::vector<float> in(sizes.send, 1.0f), out(sizes.recv, 0.0f);
+          args.send.data = in.data();
+          args.send.count = in.size();
+          args.recv.data = out.data();
+          args.recv.count = out.size();
+          status[r] = internal::RunCollective(
+              comm, args, {.segment_bytes = 64, .algorithm = std::string(a.name)});
           traffic[r] = comm.traffic().of(a.kind);
         });
         for (int r = 0; r < p; ++r) {
           ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
-          std::vector<size_t> send_counts(n), recv_counts(n);
-          for (size_t q = 0; q < n; ++q) {
-            send_counts[q] = pair[r][q];
-            recv_counts[q] = pair[q][r];
+          const std::vector<size_t> send_counts = counts_of(static_cast<size_t>(r), true);
+          const std::vector<size_t> recv_counts = counts_of(static_cast<size_t>(r), false);
+          model::RankCall call{
+              .kind = a.kind, .ranks = p, .rank = r, .root = root, .count = even.total, .elem = 4};
+          if (c.varied) {
+            call.count = 0;
+            call.send_counts = personal ? send_counts : counts;
+            call.recv_counts = recv_counts;
           }
-          const bool personal = a.kind == CollectiveKind::kAllToAllV;
-          const std::optional<model::RankBytes> want =
-              model::VariedRankBytes(a.name, {.kind = a.kind,
-                                              .rank = r,
-                                              .root = root,
-                                              .send_counts = personal ? send_counts : counts,
-                                              .recv_counts = recv_counts,
-                                              .elem = 4});
-          ASSERT_TRUE(want.has_value()) << "the model has no row for " << what;
+          const std::optional<model::RankBytes> want = model::RankBytesOf(a.name, call);
+          ASSERT_TRUE(want.has_value()) << "model/rank_bytes.cpp has no row for " << what;
           EXPECT_EQ(traffic[r].bytes_sent, want->sent) << "rank " << r;
           EXPECT_EQ(traffic[r].bytes_received, want->received) << "rank " << r;
         }

@@ -3,6 +3,7 @@
 //   chorus model --op allreduce -n 4 --bytes 1M --transport shm
 //   chorus model --op allgather -n 3 --bytes 64K --no-measure
 //   chorus model --op allgatherv -n 4 --counts 0,5,100,7
+//   chorus model --op broadcast -n 5 --bytes 1M --per-rank --root 2
 //
 // One row per algorithm of the collective: the model's steps and bytes per rank, its predicted
 // time (model/algorithm_cost.h, with the parameters of the tuning in use: the tuning file or the
@@ -11,8 +12,8 @@
 // shape. The last lines say which algorithm the library's selection (src/algo/select.h) picks
 // for the shape and why, and which allowed algorithm the model predicts fastest.
 //
-// With --counts (the v-collectives) it prints instead, for each algorithm and rank, the bytes
-// the model says the rank sends and receives for those uneven counts (model/rank_bytes.h)
+// With --per-rank, or --counts (the v-collectives' uneven blocks), it prints instead, for each
+// algorithm and rank, the bytes the model says the rank sends and receives (model/rank_bytes.h)
 // beside the bytes the traffic counters show after a real call on thread ranks, and exits 1 if
 // any differ.
 //
@@ -58,6 +59,8 @@ struct ModelFlags {
   bool measure = true;
   int iters = 30;
   std::vector<size_t> counts;  // --counts: a v-collective's blocks, in elements
+  bool per_rank = false;       // --per-rank: bytes per rank, the model's against the counters
+  int root = 0;
 };
 
 struct Row {
@@ -110,31 +113,41 @@ VariedCounts CountsOfRank(const std::vector<size_t>& flat, int p, int r, bool pe
   return v;
 }
 
-// --counts: the model's bytes per rank against the counters of a real call on thread ranks.
-int RunVariedModel(const ModelFlags& flags, CollectiveKind kind) {
+// --counts or --per-rank: the model's bytes per rank (model/rank_bytes.h) against the counters
+// of one call of each algorithm on thread ranks. `block` is the even collectives' block (the
+// --bytes size in float32 elements, as chorus bench rounds it); a v-collective's come from
+// --counts.
+int RunPerRankModel(const ModelFlags& flags, CollectiveKind kind, size_t block) {
   const internal::CollectiveInfo& c = internal::Collective(kind);
   const int p = flags.ranks;
   const auto n = static_cast<size_t>(p);
   const bool personal = c.counts == internal::Counts::kBothAreP;
-  if (!c.varied || flags.counts.empty() ||
-      (flags.counts.size() != n && !(personal && flags.counts.size() == n * n))) {
+  if (c.varied != !flags.counts.empty() ||
+      (c.varied && flags.counts.size() != n && !(personal && flags.counts.size() == n * n))) {
     std::fprintf(stderr,
                  "chorus model: --counts takes a v-collective (allgatherv, reducescatterv, "
-                 "alltoallv, gatherv, scatterv) and -n entries (alltoallv: -n or -n * -n)\n");
+                 "alltoallv, gatherv, scatterv) and -n entries (alltoallv: -n or -n * -n); "
+                 "a v-collective's --per-rank needs --counts\n");
     return kExitUsage;
   }
-  constexpr int kRoot = 0;
-  std::string list;
-  for (size_t x : flags.counts) list += (list.empty() ? "" : ",") + std::to_string(x);
+  const int root = flags.root;
+  const internal::CallCounts even = internal::CountsFor(c, block, p);
+  std::string shape;
+  if (c.varied) {
+    for (size_t x : flags.counts) shape += (shape.empty() ? "counts " : ",") + std::to_string(x);
+  } else {
+    shape = std::to_string(even.total * 4) + " B";
+  }
   std::printf(
-      "# chorus model: %s, %d ranks, counts %s (float32, root %d): bytes per rank, the "
-      "model's against the counters of one call on thread ranks\n",
-      std::string(c.name).c_str(), p, list.c_str(), kRoot);
-  std::printf("# %-10s %5s %14s %14s %14s %14s\n", "algorithm", "rank", "model sent",
+      "# chorus model: %s, %d ranks, %s (float32%s): bytes per rank, the model's against the "
+      "counters of one call on thread ranks\n",
+      std::string(c.name).c_str(), p, shape.c_str(),
+      c.rooted ? (", root " + std::to_string(root)).c_str() : "");
+  std::printf("# %-17s %5s %14s %14s %14s %14s\n", "algorithm", "rank", "model sent",
               "counted sent", "model recv", "counted recv");
   bool all_equal = true;
   for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
-    if (info.kind != kind) continue;
+    if (info.kind != kind || info.name == "hierarchical") continue;  // needs several hosts
     auto group = CreateLocalGroup(p);
     if (!group.ok()) {
       std::fprintf(stderr, "chorus model: %s\n", group.status().ToString().c_str());
@@ -146,19 +159,21 @@ int RunVariedModel(const ModelFlags& flags, CollectiveKind kind) {
     for (int r = 0; r < p; ++r) {
       threads.emplace_back([&, r] {
         Communicator& comm = (*group)[static_cast<size_t>(r)];
-        const VariedCounts v = CountsOfRank(flags.counts, p, r, personal);
-        // A buffer of one block holds the rank's own (off the root too).
-        const size_t own = flags.counts[personal ? 0 : static_cast<size_t>(r)];
+        const VariedCounts v =
+            c.varied ? CountsOfRank(flags.counts, p, r, personal) : VariedCounts{};
+        // The root's buffers on every rank (a root-only buffer is ignored elsewhere); a buffer
+        // of one v-block holds the rank's own.
+        const size_t own = c.varied ? flags.counts[personal ? 0 : static_cast<size_t>(r)] : 0;
         internal::CallArgs args{kind,
-                                {nullptr, own, DataType::kFloat32},
-                                {nullptr, own, DataType::kFloat32},
+                                {nullptr, c.varied ? own : even.send, DataType::kFloat32},
+                                {nullptr, c.varied ? own : even.recv, DataType::kFloat32},
                                 ReduceOp::kSum,
-                                kRoot,
+                                root,
                                 {},
                                 {}};
-        if (internal::SendIsPerRank(c.counts)) args.send_counts = v.send;
-        if (internal::RecvIsPerRank(c.counts)) args.recv_counts = v.recv;
-        const internal::CallCounts want = internal::VariedCountsOf(c, args, r);
+        if (c.varied && internal::SendIsPerRank(c.counts)) args.send_counts = v.send;
+        if (c.varied && internal::RecvIsPerRank(c.counts)) args.recv_counts = v.recv;
+        const internal::CallCounts want = c.varied ? internal::VariedCountsOf(c, args, r) : even;
         std::vector<float> send(want.send, 1.0f), recv(want.recv);
         args.send = {send.data(), send.size(), DataType::kFloat32};
         args.recv = {recv.data(), recv.size(), DataType::kFloat32};
@@ -171,19 +186,20 @@ int RunVariedModel(const ModelFlags& flags, CollectiveKind kind) {
     for (int r = 0; r < p; ++r) {
       const auto u = static_cast<size_t>(r);
       if (!status[u].ok()) {
-        std::printf("  %-10s %5d  the call failed: %s\n", std::string(info.name).c_str(), r,
+        std::printf("  %-17s %5d  the call failed: %s\n", std::string(info.name).c_str(), r,
                     status[u].ToString().c_str());
         all_equal = false;
         continue;
       }
-      const VariedCounts v = CountsOfRank(flags.counts, p, r, personal);
-      const std::optional<model::RankBytes> m =
-          model::VariedRankBytes(info.name, {.kind = kind,
-                                             .rank = r,
-                                             .root = kRoot,
-                                             .send_counts = personal ? v.send : flags.counts,
-                                             .recv_counts = v.recv,
-                                             .elem = 4});
+      model::RankCall call{.kind = kind, .ranks = p, .rank = r, .root = root, .elem = 4};
+      const VariedCounts v = c.varied ? CountsOfRank(flags.counts, p, r, personal) : VariedCounts{};
+      if (c.varied) {
+        call.send_counts = personal ? v.send : flags.counts;
+        call.recv_counts = v.recv;
+      } else {
+        call.count = even.total;
+      }
+      const std::optional<model::RankBytes> m = model::RankBytesOf(info.name, call);
       const auto text = [&](std::optional<uint64_t> x) {
         return x ? std::to_string(*x) : std::string("-");
       };
@@ -191,7 +207,7 @@ int RunVariedModel(const ModelFlags& flags, CollectiveKind kind) {
       const std::optional<uint64_t> mr = m ? std::optional<uint64_t>(m->received) : std::nullopt;
       const bool equal = m && ms == counted[u].bytes_sent && mr == counted[u].bytes_received;
       all_equal = all_equal && equal;
-      std::printf("  %-10s %5d %14s %14llu %14s %14llu%s\n", std::string(info.name).c_str(), r,
+      std::printf("  %-17s %5d %14s %14llu %14s %14llu%s\n", std::string(info.name).c_str(), r,
                   text(ms).c_str(), static_cast<unsigned long long>(counted[u].bytes_sent),
                   text(mr).c_str(), static_cast<unsigned long long>(counted[u].bytes_received),
                   equal ? "" : "  differs");
@@ -221,13 +237,18 @@ int RunModel(const ModelFlags& flags) {
     return kExitUsage;
   }
   const CollectiveKind kind = KindOf(*op);
-  if (!flags.counts.empty()) return RunVariedModel(flags, kind);
+  if (flags.root < 0 || flags.root >= flags.ranks) {
+    std::fprintf(stderr, "chorus model: --root: must be in [0, -n)\n");
+    return kExitUsage;
+  }
+  if (!flags.counts.empty()) return RunPerRankModel(flags, kind, 0);
 
   // The size as chorus bench runs it: whole float32 elements, a multiple of p for RS and AG.
   BenchConfig sizing;
   sizing.sizes = {*requested_bytes};
   const std::vector<SizePoint> points = MakeSizes(sizing, *op, flags.ranks);
   const size_t bytes = points.front().total * DataTypeSize(sizing.dtype);
+  if (flags.per_rank) return RunPerRankModel(flags, kind, points.front().block);
 
   Result<model::Tuning> tuning = model::TuningFromFile(TuningFileFromEnvironment());
   if (!tuning.ok()) {
@@ -384,6 +405,11 @@ void AddModelCommand(CLI::App& app, int& exit_code) {
                   "i's send_counts): print each rank's bytes, the model's beside the counters' "
                   "after a call on thread ranks, instead of times")
       ->delimiter(',');
+  sub->add_flag("--per-rank", flags->per_rank,
+                "print each rank's bytes under every algorithm, the model's beside the counters' "
+                "after one call on thread ranks (exit 1 if any differ), instead of times");
+  sub->add_option("--root", flags->root, "the root of a rooted collective (--per-rank, --counts)")
+      ->capture_default_str();
   sub->footer(
       "Predictions use the tuning file ($CHORUS_TUNING_FILE, $XDG_CONFIG_HOME/chorus/tuning.conf "
       "or ~/.config/chorus/tuning.conf, written by chorus tune) or the built-in defaults.\n"
