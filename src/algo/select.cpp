@@ -75,10 +75,14 @@ bool DirectAllGatherFits(const CallShapeForSelection& s) {
   return DirectFits(s) || (IsShm(s) && s.ranks >= 3 && s.bytes >= kShmBroadcastMinBytes);
 }
 bool RingAllGatherFits(const CallShapeForSelection& s) { return !DirectAllGatherFits(s); }
-// The direct all-gather-v where one staged copy serves several peers; small shm calls stay with
-// pairwise (64 KiB, p = 4: 30 us against direct's 38).
+// The direct all-gather-v where one staged copy serves several peers: large shm calls from 3
+// ranks, and from 4 ranks the small ones too, where its one step beats pairwise's three rounds
+// (shm p = 4, medians of 3 interleaved runs of 0.3 s each: 32 B 5.2 us against 8.3, 4 KiB 5.8
+// against 8.9, 64 KiB 18.5 against 19.6, 256 KiB level; at p = 3 pairwise was ahead to 4 KiB,
+// 4.7-5.1 us against 5.0-5.8, and at p = 2 the two are one exchange).
 bool DirectAllGatherVFits(const CallShapeForSelection& s) {
-  return IsThread(s) || (IsShm(s) && s.ranks >= 3 && s.bytes >= kShmBroadcastMinBytes);
+  return IsThread(s) || (IsShm(s) && s.ranks >= 4 && s.bytes <= kShmDirectMaxBytes) ||
+         (IsShm(s) && s.ranks >= 3 && s.bytes >= kShmBroadcastMinBytes);
 }
 // Rooted collectives: on thread ranks peers read the root's buffer in place; through shared
 // memory one staged copy serves every peer while the buffer is small; over the network the
@@ -211,8 +215,8 @@ constexpr std::array<AlgorithmInfo, 36> kAlgorithms = {{
      model::PairwiseAllGatherVTerms},
     {CollectiveKind::kAllGatherV, "direct",
      "every rank posts its block once for all peers (read in place on threads); 1 step",
-     "thread ranks; shm ranks >= 3 with buffer >= 4 MiB", DirectAllGatherVFits, DirectAllGatherV,
-     model::DirectAllGatherVTerms},
+     "thread ranks; shm ranks >= 4 with buffer <= 256 KiB, >= 3 with buffer >= 4 MiB",
+     DirectAllGatherVFits, DirectAllGatherV, model::DirectAllGatherVTerms},
     {CollectiveKind::kAllGatherV, "ring",
      "pipelined ring over the ranks' own blocks, none padded; p-1 steps, n - n_(r+1) bytes",
      "where pairwise is not", RingFits, RingAllGatherV, model::RingAllGatherVTerms},
