@@ -94,8 +94,15 @@ bool ChainFits(const CallShapeForSelection& s) { return !IsThread(s); }
 // 123 us against 68; TCP 16 MiB: 6.9 ms against 4.3).
 bool RsGatherFits(const CallShapeForSelection& s) { return !IsThread(s) && s.ranks >= 3; }
 bool OnOneHost(const CallShapeForSelection& s) { return !IsNetwork(s); }
-// All-to-all on thread ranks reads every block straight from its owner.
-bool NotThread(const CallShapeForSelection& s) { return !IsThread(s); }
+// Direct all-to-all(-v): on thread ranks always; through shared memory too up to 1 MiB, where
+// its one step beat the pairwise rounds (medians of 3 interleaved runs of 0.3 s: p = 4, 32 B
+// 5.0 us against 8.0, 64 KiB 15.8 against 18.6, 1 MiB 104 against 139; p = 8, 32 B 12.4
+// against 42, 1 MiB 326 against 431-500; p = 3 1 MiB 95 against 106; all-to-all-v p = 4 alike).
+// At 4 MiB and 16 MiB on 4 ranks the two were level; at p = 2 both are one exchange.
+constexpr size_t kShmDirectAllToAllMaxBytes = size_t{1} << 20;
+bool DirectAllToAllFits(const CallShapeForSelection& s) {
+  return IsThread(s) || (IsShm(s) && s.bytes <= kShmDirectAllToAllMaxBytes);
+}
 // Bruck's all-to-all trades p - 1 steps for ceil(log2 p) of about half the buffer each: over
 // TCP from 4 ranks while the blocks are small. Loopback, medians of 2-3 interleaved runs
 // (bruck / pairwise): p = 4, 32 B 171-197 / 192-256 us, 16 KiB 176-188 / 192-232, 32 KiB level,
@@ -108,8 +115,9 @@ bool BruckAllToAllFits(const CallShapeForSelection& s) {
          s.bytes <= kBruckAllToAllMaxBlockBytes * static_cast<size_t>(s.ranks);
 }
 bool PairwiseAllToAllFits(const CallShapeForSelection& s) {
-  return NotThread(s) && !BruckAllToAllFits(s);
+  return !DirectAllToAllFits(s) && !BruckAllToAllFits(s);
 }
+bool PairwiseAllToAllVFits(const CallShapeForSelection& s) { return !DirectAllToAllFits(s); }
 
 bool Anywhere(const CallShapeForSelection&) { return true; }
 
@@ -200,15 +208,16 @@ constexpr std::array<AlgorithmInfo, 36> kAlgorithms = {{
      Anywhere, DirectScatter, model::DirectScatterTerms},
     {CollectiveKind::kAllToAll, "pairwise",
      "rounds of pairs swapping their blocks; p-1 rounds (p for odd p), (p-1)/p n bytes",
-     "all but thread ranks and small TCP calls", PairwiseAllToAllFits, PairwiseAllToAll,
+     "shm ranks > 1 MiB; TCP and MPI ranks but Bruck's", PairwiseAllToAllFits, PairwiseAllToAll,
      model::PairwiseAllToAllTerms},
     {CollectiveKind::kAllToAll, "bruck",
      "Bruck: ceil(log2 p) steps, each sending the blocks whose position has that bit set",
      "TCP ranks >= 4, one host or one per host, blocks <= 8 KiB", BruckAllToAllFits, BruckAllToAll,
      model::BruckAllToAllTerms},
     {CollectiveKind::kAllToAll, "direct",
-     "every block at once, read straight from its owner (in place: pairwise); 1 step",
-     "thread ranks", IsThread, DirectAllToAll, model::DirectAllToAllTerms},
+     "every block at once, read straight from its owner on threads (in place: pairwise); 1 step",
+     "thread ranks; shm ranks <= 1 MiB", DirectAllToAllFits, DirectAllToAll,
+     model::DirectAllToAllTerms},
     {CollectiveKind::kAllGatherV, "pairwise",
      "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)",
      "thread ranks; shm ranks with buffer <= 256 KiB", DirectFits, PairwiseAllGatherV,
@@ -228,11 +237,13 @@ constexpr std::array<AlgorithmInfo, 36> kAlgorithms = {{
      "pipelined ring over the ranks' own blocks, none padded; p-1 steps, n - n_r bytes",
      "where direct is not", RingFits, RingReduceScatterV, model::RingReduceScatterVTerms},
     {CollectiveKind::kAllToAllV, "pairwise",
-     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)", "all but thread ranks",
-     NotThread, PairwiseAllToAllV, model::PairwiseAllToAllVTerms},
+     "rounds of pairs swapping their blocks; p-1 rounds (p for odd p)",
+     "shm ranks > 1 MiB; TCP and MPI ranks", PairwiseAllToAllVFits, PairwiseAllToAllV,
+     model::PairwiseAllToAllVTerms},
     {CollectiveKind::kAllToAllV, "direct",
-     "every block at once, read straight from its owner on threads; 1 step", "thread ranks",
-     IsThread, DirectAllToAllV, model::DirectAllToAllVTerms},
+     "every block at once, read straight from its owner on threads; 1 step",
+     "thread ranks; shm ranks <= 1 MiB", DirectAllToAllFits, DirectAllToAllV,
+     model::DirectAllToAllVTerms},
     {CollectiveKind::kGatherV, "direct", "every rank sends its block to the root; 1 step",
      "every transport", Anywhere, DirectGatherV, model::DirectGatherVTerms},
     {CollectiveKind::kScatterV, "direct", "the root sends block q to rank q; 1 step",
