@@ -248,6 +248,61 @@ TEST(VariedArguments, BadDisplacementsAreRejectedAndTheNextCallWorks) {
   EXPECT_EQ(Join(reports), "");
 }
 
+// A v-call repeated with the same buffers and arrays takes the remembered plan; one whose
+// counts or displacements the caller changed in place (same span, same sums) must not: each
+// call's result follows the arrays as they are at that call.
+TEST(VariedArguments, CallsFollowArraysChangedInPlace) {
+  constexpr int p = 3;
+  auto group = CreateLocalGroup(p);
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<std::string> reports(p);
+  testing::RunRanks(*group, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::string& report = reports[r];
+    std::vector<size_t> counts{1, 2, 3};
+    std::vector<int32_t> mine(6), all(6);
+    for (const std::vector<size_t>& now :
+         {std::vector<size_t>{1, 2, 3}, {1, 2, 3}, {3, 2, 1}, {3, 2, 1}, {0, 6, 0}}) {
+      counts = now;  // the same vector, so the same span: contents change in place
+      std::fill(mine.begin(), mine.end(), 10 * r);
+      std::fill(all.begin(), all.end(), -1);
+      const Status s = comm.AllGatherV({mine.data(), counts[r], DataType::kInt32},
+                                       {all.data(), 6, DataType::kInt32}, counts);
+      if (!s.ok()) {
+        report += s.ToString() + "\n";
+        return;
+      }
+      size_t at = 0;
+      for (int q = 0; q < p; ++q) {
+        for (size_t i = 0; i < counts[q]; ++i, ++at) {
+          if (all[at] != 10 * q) report += "element " + std::to_string(at) + " wrong\n";
+        }
+      }
+    }
+    // All-to-all-v whose displacements move in place: reversed, then packed again.
+    const std::vector<size_t> two{2, 2, 2};
+    std::vector<size_t> displs{0, 2, 4};
+    std::vector<int32_t> in(6), out(6);
+    for (int q = 0; q < p; ++q) in[2 * q] = in[2 * q + 1] = 100 * r + q;
+    for (const std::vector<size_t>& now :
+         {std::vector<size_t>{0, 2, 4}, {4, 2, 0}, {4, 2, 0}, {0, 2, 4}}) {
+      displs = now;
+      const Status s = comm.AllToAllV({in.data(), 6, DataType::kInt32}, two, {},
+                                      {out.data(), 6, DataType::kInt32}, two, displs);
+      if (!s.ok()) {
+        report += s.ToString() + "\n";
+        return;
+      }
+      for (int q = 0; q < p; ++q) {
+        if (out[displs[q]] != 100 * q + r || out[displs[q] + 1] != 100 * q + r) {
+          report += "block from rank " + std::to_string(q) + " not at its displacement\n";
+        }
+      }
+    }
+  });
+  EXPECT_EQ(Join(reports), "");
+}
+
 // Disagreements only the peers can see, on every transport: every rank fails the call with
 // kFailedPrecondition (a rank that had nothing left to do may learn it at its next call),
 // and the message names what each side passed.

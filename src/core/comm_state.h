@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "algo/primitives.h"
 #include "algo/select.h"
@@ -62,8 +63,14 @@ class alignas(64) CommState {
     bool empty = false;
     std::chrono::milliseconds call_timeout{0};
     CallContext ctx;
+    // A v-call's arrays (counts, displacements), copied: the key's and the context's spans
+    // point here, since the caller may change or free its own between calls. Their capacity
+    // stays, so a plan remade for arrays no longer than before allocates nothing.
+    std::array<std::vector<size_t>, 4> arrays;
 
     bool Matches(const CallArgs& a, const CallOptions& o) const;
+    // Points args' and ctx's arrays at copies of their own.
+    void KeepArrays();
   };
   // Checks nothing; Rejects the call when the algorithm is not found.
   Status Prepare(const CallArgs& args, const CallOptions& options, uint64_t call, Plan* plan);

@@ -97,14 +97,37 @@ void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }
 
+namespace {
+
+// The same entries (both empty for the collectives without counts).
+bool SameArray(std::span<const size_t> a, std::span<const size_t> b) {
+  return a.size() == b.size() && (a.empty() || std::equal(a.begin(), a.end(), b.begin()));
+}
+
+}  // namespace
+
 bool CommState::Plan::Matches(const CallArgs& a, const CallOptions& o) const {
   return valid && a.kind == args.kind && a.send.data == args.send.data &&
          a.send.count == args.send.count && a.send.dtype == args.send.dtype &&
          a.recv.data == args.recv.data && a.recv.count == args.recv.count &&
          a.recv.dtype == args.recv.dtype && a.op == args.op && a.root == args.root &&
-         a.send_counts.empty() && a.recv_counts.empty() && a.send_displs.empty() &&
-         a.recv_displs.empty() && o.algorithm.empty() && o.timeout == timeout &&
-         o.segment_bytes == segment_bytes;
+         o.algorithm.empty() && o.timeout == timeout && o.segment_bytes == segment_bytes &&
+         SameArray(a.send_counts, args.send_counts) && SameArray(a.recv_counts, args.recv_counts) &&
+         SameArray(a.send_displs, args.send_displs) && SameArray(a.recv_displs, args.recv_displs);
+}
+
+void CommState::Plan::KeepArrays() {
+  std::span<const size_t>* keys[] = {&args.send_counts, &args.recv_counts, &args.send_displs,
+                                     &args.recv_displs};
+  std::span<const size_t>* uses[] = {&ctx.send_counts, &ctx.recv_counts, &ctx.send_displs,
+                                     &ctx.recv_displs};
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    // The context's array is the key's (Prepare copies the spans), or empty off a root.
+    const bool used = !uses[i]->empty();
+    arrays[i].assign(keys[i]->begin(), keys[i]->end());
+    *keys[i] = arrays[i];
+    if (used) *uses[i] = arrays[i];
+  }
 }
 
 Status CommState::Admit(CollectiveKind kind) {
@@ -159,12 +182,13 @@ Status CommState::Run(const CallArgs& args, const CallOptions& options) {
       Plan& plan = plans_[next_plan_++ % plans_.size()];
       plan.valid = false;
       CHORUS_RETURN_IF_ERROR(Prepare(used, options, call, &plan));
-      // A varied call's counts may change behind the same span, and a named algorithm is
-      // looked up by name: neither is remembered.
-      plan.valid = !Collective(kind).varied && options.algorithm.empty();
+      // A named algorithm is looked up by name: not remembered. A v-call is, with copies of
+      // its arrays (the caller may change its own behind the same span).
+      plan.valid = options.algorithm.empty();
       plan.args = args;
       plan.timeout = options.timeout;
       plan.segment_bytes = options.segment_bytes;
+      plan.KeepArrays();
       status = Launch(plan, call);
     }
   }
