@@ -194,12 +194,9 @@ TEST(VariedArguments, BadCountsAreRejectedAndTheNextCallWorks) {
 // (with displacements) runs.
 TEST(VariedArguments, BadDisplacementsAreRejectedAndTheNextCallWorks) {
   constexpr int p = 3;
-  auto group = CreateLocalGroup(p);
-  ASSERT_TRUE(group.ok()) << group.status();
-  std::vector<std::string> reports(p);
-  testing::RunRanks(*group, [&](Communicator& comm) {
+  const auto reports = RunGroup(TransportKind::kThread, p, [&](Communicator& comm) {
     const int r = comm.rank();
-    std::string& report = reports[r];
+    std::string report;
     std::vector<float> in(16, float(r)), out(16, -1.0f);
     const std::vector<size_t> counts{2, 2, 2};
     const std::vector<size_t> packed{0, 2, 4};
@@ -244,6 +241,7 @@ TEST(VariedArguments, BadDisplacementsAreRejectedAndTheNextCallWorks) {
     for (size_t i : {0, 3, 4, 7, 8, 11}) {
       if (s.ok() && out[i] != -1.0f) report += "gap element " + std::to_string(i) + " written\n";
     }
+    return report;
   });
   EXPECT_EQ(Join(reports), "");
 }
@@ -253,12 +251,9 @@ TEST(VariedArguments, BadDisplacementsAreRejectedAndTheNextCallWorks) {
 // call's result follows the arrays as they are at that call.
 TEST(VariedArguments, CallsFollowArraysChangedInPlace) {
   constexpr int p = 3;
-  auto group = CreateLocalGroup(p);
-  ASSERT_TRUE(group.ok()) << group.status();
-  std::vector<std::string> reports(p);
-  testing::RunRanks(*group, [&](Communicator& comm) {
+  const auto reports = RunGroup(TransportKind::kThread, p, [&](Communicator& comm) {
     const int r = comm.rank();
-    std::string& report = reports[r];
+    std::string report;
     std::vector<size_t> counts{1, 2, 3};
     std::vector<int32_t> mine(6), all(6);
     for (const std::vector<size_t>& now :
@@ -270,7 +265,7 @@ TEST(VariedArguments, CallsFollowArraysChangedInPlace) {
                                        {all.data(), 6, DataType::kInt32}, counts);
       if (!s.ok()) {
         report += s.ToString() + "\n";
-        return;
+        return report;
       }
       size_t at = 0;
       for (int q = 0; q < p; ++q) {
@@ -291,7 +286,7 @@ TEST(VariedArguments, CallsFollowArraysChangedInPlace) {
                                       {out.data(), 6, DataType::kInt32}, two, displs);
       if (!s.ok()) {
         report += s.ToString() + "\n";
-        return;
+        return report;
       }
       for (int q = 0; q < p; ++q) {
         if (out[displs[q]] != 100 * q + r || out[displs[q] + 1] != 100 * q + r) {
@@ -299,6 +294,7 @@ TEST(VariedArguments, CallsFollowArraysChangedInPlace) {
         }
       }
     }
+    return report;
   });
   EXPECT_EQ(Join(reports), "");
 }
