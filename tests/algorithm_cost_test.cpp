@@ -63,6 +63,17 @@ double Reduced(Kind k, std::string_view name, int p, double n) {
   return PredictSeconds(k, name, p, n, kGammaOnly, kManyCores);
 }
 
+// The closed form of Bruck's per-step block count against counting the positions one by one.
+TEST(AlgorithmCost, BruckAllToAllBlocksCountsThePositionsWithTheBitSet) {
+  for (int p = 1; p <= 130; ++p) {
+    for (int bit = 1; bit < 2 * p; bit *= 2) {
+      int want = 0;
+      for (int i = 0; i < p; ++i) want += (i & bit) != 0 ? 1 : 0;
+      EXPECT_EQ(BruckAllToAllBlocks(p, bit), want) << "p " << p << " bit " << bit;
+    }
+  }
+}
+
 TEST(AlgorithmCost, AlgorithmsInTableOrder) {
   EXPECT_EQ(AlgorithmsOf(Kind::kAllReduce),
             (std::vector<std::string_view>{"oneshot", "direct", "hierarchical", "ring",

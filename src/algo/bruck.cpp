@@ -8,6 +8,7 @@
 #include "algo/exchange.h"
 #include "algo/plan.h"
 #include "base/stream_copy.h"
+#include "model/algorithm_cost.h"
 
 namespace chorus::internal {
 
@@ -40,12 +41,6 @@ Status BruckAllGather(const CallContext& ctx, const void* send, void* recv, size
                                     {Mod(r + distance, p), blocks(r + distance, n)}, copy_into));
   }
   return ch.FlushReferenced();
-}
-
-int BruckAllToAllBlocks(int p, int bit) {
-  int n = 0;
-  for (int i = 0; i < p; ++i) n += (i & bit) != 0 ? 1 : 0;
-  return n;
 }
 
 namespace {
@@ -103,7 +98,7 @@ Status BruckAllToAll(const CallContext& ctx, const void* send, void* recv, size_
     ch.SetStep(step++, steps);
     const int to = Mod(r + bit, p);
     const int from = Mod(r - bit, p);
-    const size_t run = static_cast<size_t>(BruckAllToAllBlocks(p, bit)) * block;
+    const size_t run = static_cast<size_t>(model::BruckAllToAllBlocks(p, bit)) * block;
     const size_t messages = run == 0 ? 1 : (run + segment - 1) / segment;
     for (size_t k = 0; k < messages; ++k) {
       ch.SetSegment(k, messages);

@@ -27,7 +27,5 @@ namespace chorus::internal {
 
 Status BruckAllGather(const CallContext& ctx, const void* send, void* recv, size_t count);
 Status BruckAllToAll(const CallContext& ctx, const void* send, void* recv, size_t count);
-// The positions Bruck's all-to-all sends in step `bit` (a power of two) on p ranks.
-int BruckAllToAllBlocks(int p, int bit);
 
 }  // namespace chorus::internal

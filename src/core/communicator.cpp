@@ -122,11 +122,9 @@ void CommState::Plan::KeepArrays() {
   std::span<const size_t>* uses[] = {&ctx.send_counts, &ctx.recv_counts, &ctx.send_displs,
                                      &ctx.recv_displs};
   for (size_t i = 0; i < arrays.size(); ++i) {
-    // The context's array is the key's (Prepare copies the spans), or empty off a root.
-    const bool used = !uses[i]->empty();
     arrays[i].assign(keys[i]->begin(), keys[i]->end());
     *keys[i] = arrays[i];
-    if (used) *uses[i] = arrays[i];
+    *uses[i] = arrays[i];  // Prepare gave the context the key's spans
   }
 }
 

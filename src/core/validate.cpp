@@ -108,21 +108,23 @@ Status CheckCounts(const Checker& check, const CollectiveInfo& c, const CallArgs
 
 // An all-to-all-v's displacements for one buffer (`side` is "send" or "recv"): p entries, each
 // block inside the buffer and, when `apart`, no two nonzero blocks sharing an element.
-Status CheckDispls(const Checker& check, const std::string& side, std::span<const size_t> counts,
+Status CheckDispls(const Checker& check, const char* side, std::span<const size_t> counts,
                    std::span<const size_t> displs, size_t buffer_count, bool apart, size_t p) {
-  const std::string name = side + "_displs";
+  // Built only for an error, as the Checker's messages.
+  const auto name = [side] { return std::string(side) + "_displs"; };
   if (displs.size() != p) {
-    return check.Fail(name + " has " + Str(displs.size()) + " entries, not size (" + Str(p) + ")");
+    return check.Fail(name() + " has " + Str(displs.size()) + " entries, not size (" + Str(p) +
+                      ")");
   }
-  if (displs.data() == nullptr) return check.Fail(name + ".data() is null");
+  if (displs.data() == nullptr) return check.Fail(name() + ".data() is null");
   bool ascending = true;  // the nonzero blocks in rank order, each after the one before
   size_t end = 0;
   for (size_t q = 0; q < p; ++q) {
     if (counts[q] == 0) continue;
     if (displs[q] > buffer_count || counts[q] > buffer_count - displs[q]) {
-      return check.Fail(name + "[" + Str(q) + "] (" + Str(displs[q]) + ") + " + side + "_counts[" +
-                        Str(q) + "] (" + Str(counts[q]) + ") runs past " + side + ".count (" +
-                        Str(buffer_count) + ")");
+      return check.Fail(name() + "[" + Str(q) + "] (" + Str(displs[q]) + ") + " + side +
+                        "_counts[" + Str(q) + "] (" + Str(counts[q]) + ") runs past " + side +
+                        ".count (" + Str(buffer_count) + ")");
     }
     ascending = ascending && displs[q] >= end;
     end = displs[q] + counts[q];
@@ -140,7 +142,7 @@ Status CheckDispls(const Checker& check, const std::string& side, std::span<cons
     const size_t a = order[i - 1];
     const size_t b = order[i];
     if (displs[a] + counts[a] > displs[b]) {
-      return check.Fail(side + " blocks " + Str(a) + " [" + Str(displs[a]) + ", " +
+      return check.Fail(std::string(side) + " blocks " + Str(a) + " [" + Str(displs[a]) + ", " +
                         Str(displs[a] + counts[a]) + ") and " + Str(b) + " [" + Str(displs[b]) +
                         ", " + Str(displs[b] + counts[b]) + ") overlap");
     }

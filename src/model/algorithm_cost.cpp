@@ -9,6 +9,8 @@
 // two extra steps of n bytes even though no single rank sends both.
 #include "model/algorithm_cost.h"
 
+#include <algorithm>
+
 namespace chorus::model {
 namespace {
 
@@ -157,13 +159,18 @@ AlgorithmTerms PairwiseAllToAllTerms(int p) {
   return {.steps = p % 2 == 0 ? p - 1.0 : p * 1.0, .sent = (p - 1.0) / p, .reduced = 0};
 }
 
+int BruckAllToAllBlocks(int p, int bit) {
+  // Each run of 2 bit positions has bit set in its upper half; then the partial run's share.
+  return p / (2 * bit) * bit + std::max(0, p % (2 * bit) - bit);
+}
+
 // Bruck: ceil(lg p) steps; step 2^k sends the positions in [0, p) with bit k set, n/p each.
 AlgorithmTerms BruckAllToAllTerms(int p) {
-  double blocks = 0;
-  for (int bit = 1; bit < p; bit *= 2) {
-    for (int i = 0; i < p; ++i) blocks += (i & bit) != 0 ? 1 : 0;
-  }
-  return {.steps = static_cast<double>(Log2Ceil(p)), .sent = blocks / p, .reduced = 0};
+  int blocks = 0;
+  for (int bit = 1; bit < p; bit *= 2) blocks += BruckAllToAllBlocks(p, bit);
+  return {.steps = static_cast<double>(Log2Ceil(p)),
+          .sent = static_cast<double>(blocks) / p,
+          .reduced = 0};
 }
 
 // Every block at once: 1 step, (p-1)/p n out (on thread ranks by reference).

@@ -74,6 +74,9 @@ AlgorithmTerms DirectScatterTerms(int p);
 AlgorithmTerms PairwiseAllToAllTerms(int p);
 AlgorithmTerms DirectAllToAllTerms(int p);
 AlgorithmTerms BruckAllToAllTerms(int p);
+// The positions in [0, p) with bit `bit` (a power of two) set: the blocks Bruck's all-to-all
+// sends in that step.
+int BruckAllToAllBlocks(int p, int bit);
 // The v-collectives, costed at even counts (n / p per block).
 AlgorithmTerms PairwiseAllGatherVTerms(int p);
 AlgorithmTerms DirectReduceScatterVTerms(int p);

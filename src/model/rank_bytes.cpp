@@ -116,7 +116,10 @@ RankBytes AllButOwnBlock(const Shape& s) {
 }
 // Bruck's all-to-all: in step 2^k the positions with bit k set, a block each.
 RankBytes BruckAllToAll(const Shape& s) {
-  const uint64_t b = static_cast<uint64_t>(BruckAllToAllTerms(s.p).sent * s.p + 0.5) * s.Block();
+  uint64_t blocks = 0;
+  for (int bit = 1; bit < s.p; bit *= 2)
+    blocks += static_cast<uint64_t>(BruckAllToAllBlocks(s.p, bit));
+  const uint64_t b = blocks * s.Block();
   return {b, b};
 }
 // Broadcast.

@@ -145,6 +145,11 @@ int RunPerRankModel(const ModelFlags& flags, CollectiveKind kind, size_t block) 
       c.rooted ? (", root " + std::to_string(root)).c_str() : "");
   std::printf("# %-17s %5s %14s %14s %14s %14s\n", "algorithm", "rank", "model sent",
               "counted sent", "model recv", "counted recv");
+  // Each rank's arrays, the same for every algorithm.
+  std::vector<VariedCounts> arrays(n);
+  for (int r = 0; r < p && c.varied; ++r) {
+    arrays[static_cast<size_t>(r)] = CountsOfRank(flags.counts, p, r, personal);
+  }
   bool all_equal = true;
   for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
     if (info.kind != kind || info.name == "hierarchical") continue;  // needs several hosts
@@ -159,8 +164,7 @@ int RunPerRankModel(const ModelFlags& flags, CollectiveKind kind, size_t block) 
     for (int r = 0; r < p; ++r) {
       threads.emplace_back([&, r] {
         Communicator& comm = (*group)[static_cast<size_t>(r)];
-        const VariedCounts v =
-            c.varied ? CountsOfRank(flags.counts, p, r, personal) : VariedCounts{};
+        const VariedCounts& v = arrays[static_cast<size_t>(r)];
         // The root's buffers on every rank (a root-only buffer is ignored elsewhere); a buffer
         // of one v-block holds the rank's own.
         const size_t own = c.varied ? flags.counts[personal ? 0 : static_cast<size_t>(r)] : 0;
@@ -192,7 +196,7 @@ int RunPerRankModel(const ModelFlags& flags, CollectiveKind kind, size_t block) 
         continue;
       }
       model::RankCall call{.kind = kind, .ranks = p, .rank = r, .root = root, .elem = 4};
-      const VariedCounts v = c.varied ? CountsOfRank(flags.counts, p, r, personal) : VariedCounts{};
+      const VariedCounts& v = arrays[u];
       if (c.varied) {
         call.send_counts = personal ? v.send : flags.counts;
         call.recv_counts = v.recv;
