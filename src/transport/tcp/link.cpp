@@ -495,6 +495,7 @@ void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& 
     return;
   }
   // kFail: record the first failure and pass it on, so it floods the connected ranks.
+  std::lock_guard<std::mutex> lock(fail_mu_);  // see Fail
   if (control_.failed() || payload.size() < 4) return;
   const auto code = static_cast<StatusCode>(static_cast<uint8_t>(payload[3]));
   const Status status(code == StatusCode::kOk ? StatusCode::kAborted : code, payload.substr(4));

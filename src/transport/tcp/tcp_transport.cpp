@@ -107,14 +107,20 @@ bool TcpTransport::Usable(int peer) {
 }
 
 void TcpTransport::Fail(const Status& status) {
-  if (control_.failed()) return;
-  control_.Fail(status);  // seq_cst, against Adopt's check of it (see there)
-  doorbell().Ring();
-  // Only ranks that are connected need telling: the others learn it from their neighbours, or
-  // at their own next wait on this rank.
-  for (int peer = 0; peer < size(); ++peer) {
-    if (peer != rank_ && link(peer).ready.load(std::memory_order_seq_cst)) {
-      QueueControl(peer, FrameType::kFail, 0, FailPayload(status));
+  {
+    // Two threads may fail at once (the rank thread and the progress thread both meet a bad
+    // frame): the one that loses waits here until the winner's frames are queued, because it
+    // goes on to retire the link, and a frame queued after that would never leave.
+    std::lock_guard<std::mutex> lock(fail_mu_);
+    if (control_.failed()) return;
+    control_.Fail(status);  // seq_cst, against Adopt's check of it (see there)
+    doorbell().Ring();
+    // Only ranks that are connected need telling: the others learn it from their neighbours,
+    // or at their own next wait on this rank.
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank_ && link(peer).ready.load(std::memory_order_seq_cst)) {
+        QueueControl(peer, FrameType::kFail, 0, FailPayload(status));
+      }
     }
   }
   Wake();

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -167,6 +168,10 @@ class TcpTransport final : public ControlledTransport {
   LogLimiter log_;                                        // progress thread
   std::optional<Clock::time_point> accept_paused_until_;  // progress thread
   std::optional<Clock::time_point> short_of_descriptors_since_;
+  // Held while the first failure is recorded and its kFail frames queued (Fail, and OnControl
+  // for a peer's kFail): a caller that finds the failure already recorded returns only once its
+  // frames are queued, so a link retired or closed right after (RetireLink) carries them.
+  std::mutex fail_mu_;
   std::atomic<bool> stop_{false};
   std::thread progress_;
 };
