@@ -185,6 +185,11 @@ void AddBenchCommand(CLI::App& app, int& exit_code) {
                   "the root rank of the rooted collectives (broadcast, reduce, gather, scatter "
                   "and their v forms)")
       ->capture_default_str();
+  sub->add_option("--split", flags->split,
+                  "how the v-collectives divide a size among the ranks: uneven (the peers' rule: "
+                  "rank r gets r more elements than rank 0) or even (equal blocks, to time a "
+                  "v-call against its even collective)")
+      ->capture_default_str();
   sub->add_option("--timeout-ms", flags->timeout_ms, "deadline of every collective call")
       ->capture_default_str();
   sub->add_option("--segment-bytes", flags->segment_bytes,

@@ -243,6 +243,10 @@ Result<BenchConfig> MakeConfig(const BenchFlags& f) {
                            std::to_string(f.ranks) + "-rank job");
   }
   cfg.root = f.root;
+  if (f.split != "uneven" && f.split != "even") {
+    return InvalidArgument("--split " + f.split + ": expected uneven or even");
+  }
+  cfg.even_split = f.split == "even";
   return cfg;
 }
 
@@ -263,6 +267,7 @@ std::vector<std::string> WorkerArgs(const BenchFlags& f) {
       "--timeout-ms=" + std::to_string(f.timeout_ms),
       "--transport=" + f.transport,
       "--root=" + std::to_string(f.root),
+      "--split=" + f.split,
   };
   const auto optional = [&args](const char* flag, const std::string& value) {
     if (!value.empty()) args.push_back(std::string(flag) + "=" + value);
@@ -347,7 +352,8 @@ void UnevenCounts(size_t n, int p, std::vector<size_t>* counts) {
   counts->back() += n - sum;
 }
 
-void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, BlockLayout* layout) {
+void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, bool even,
+              BlockLayout* layout) {
   const internal::CollectiveInfo& c = internal::Collective(op);
   const auto p = static_cast<size_t>(ranks);
   const size_t send_blocks = internal::SendBlocks(c.counts, ranks);
@@ -359,7 +365,12 @@ void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, BlockLayou
   }
   const bool send_per_rank = internal::SendIsPerRank(c.counts);
   std::vector<size_t>& split = send_per_rank ? layout->send : layout->recv;
-  UnevenCounts(size.total, ranks, &split);
+  if (even) {
+    split.assign(p, size.total / p);
+    split.back() += size.total % p;
+  } else {
+    UnevenCounts(size.total, ranks, &split);
+  }
   const auto r = static_cast<size_t>(rank);
   if (c.counts == internal::Counts::kBothAreP) {
     layout->recv.resize(p);

@@ -72,6 +72,9 @@ struct BenchConfig {
   size_t segment_bytes = 0;  // 0: the library's default
   std::string algo;          // CallOptions::algorithm of every timed call; empty: selection
   int root = 0;              // of the rooted collectives (broadcast, reduce)
+  // The v-collectives' blocks: the peers' uneven split (UnevenCounts), or equal blocks, the
+  // remainder to the last rank (--split even: the v-call against its even collective).
+  bool even_split = false;
 };
 
 // What CLI11 writes into; MakeConfig turns it into a BenchConfig, with error messages.
@@ -103,6 +106,7 @@ struct BenchFlags {
   std::string segment_bytes;
   std::string algo;
   int root = 0;
+  std::string split = "uneven";
   bool list_algos = false;
   bool rank_worker = false;  // internal: this process is one rank under chorus launch
 };
@@ -128,14 +132,16 @@ std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks);
 void UnevenCounts(size_t n, int p, std::vector<size_t>* counts);
 
 // The block lengths of one rank's send and recv at a size point: `block` each (as many as the
-// count relation has), or a v-collective's uneven split of `total`; all-to-all-v's rank r sends
+// count relation has), or a v-collective's split of `total` (UnevenCounts, or with `even`
+// total / p each and the remainder to the last); all-to-all-v's rank r sends
 // rank q the split's entry (r + q) mod p. A rooted v-collective's ranks all hold the root's
 // lengths. Reuses the vectors' room (no allocation once they hold p entries).
 struct BlockLayout {
   std::vector<size_t> send;
   std::vector<size_t> recv;
 };
-void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, BlockLayout* layout);
+void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, bool even,
+              BlockLayout* layout);
 // Elements before block j.
 size_t OffsetOf(const std::vector<size_t>& blocks, size_t j);
 

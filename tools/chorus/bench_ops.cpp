@@ -18,7 +18,7 @@ namespace chorus::cli {
 
 const BlockLayout& BenchRank::LayoutOf(BenchOp op, const SizePoint& size) const {
   if (layout_size_ != &size || layout_op_ != op) {
-    LayoutAt(op, size, ranks_, rank_, &layout_);
+    LayoutAt(op, size, ranks_, rank_, cfg_.even_split, &layout_);
     layout_size_ = &size;
     layout_op_ = op;
   }
@@ -108,7 +108,7 @@ uint64_t BenchRank::Verify(size_t op_index, Placement where, const SizePoint& si
       for (size_t j = 0; j < recv.size(); ++j) {
         const internal::BlockSource from = c.source(rank_, static_cast<int>(j), cfg_.root);
         // Where the block starts in the sender's send, which it filled from offset 0.
-        LayoutAt(op, size, ranks_, from.rank, &layout_);
+        LayoutAt(op, size, ranks_, from.rank, cfg_.even_split, &layout_);
         layout_size_ = nullptr;
         const size_t phase = OffsetOf(layout_.send, static_cast<size_t>(from.block));
         wrong += CountMismatches(out + OffsetOf(recv, j) * elem_, recv[j], elem_,

@@ -210,7 +210,8 @@ Status BenchRank::Described(const Status& status, BenchOp op, Placement where,
 
 void BenchRank::PrintTableHeader(BenchOp op) const {
   const bool reduces = internal::Collective(op).reduces;
-  const std::string algo = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
+  std::string algo = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
+  if (internal::Collective(op).varied) algo += cfg_.even_split ? "  split even" : "  split uneven";
   std::printf("# chorus bench: op %s  ranks %d  dtype %s  redop %s  transport %s%s\n",
               std::string(BenchOpName(op)).c_str(), ranks_,
               std::string(DataTypeName(cfg_.dtype)).c_str(),
