@@ -195,5 +195,46 @@ TEST(Waiter, ARankBoundToItsOwnCoreSpinsLongerAndOneUnboundDoesNot) {
   EXPECT_EQ(bound_most.count(), 0);
 }
 
+// A wait that outlasts its spin halves the earned spin, so waits longer than the spin never
+// earn it back: on a CPU of its own (MarkOwnCpu) the spin stays at the bound cap instead. Each
+// wait below is met 2 ms after it starts (its condition sleeps that long once), past the 1 ms
+// cap, so every spin runs out.
+std::chrono::nanoseconds SpinAfterLongWaits(const WaitPolicy& policy, bool own) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  const int cpu = sched_getcpu();
+  CPU_SET(cpu, &one);
+  EXPECT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+  if (own) MarkOwnCpu(cpu);
+  EXPECT_EQ(OnOwnCpu(), own);
+  Waiter waiter(policy);
+  Doorbell bell;
+  for (int i = 0; i < 4; ++i) {
+    waiter.StartCall(milliseconds(60000));
+    int polls = 0;
+    EXPECT_EQ(waiter.Wait(
+                  [&] {
+                    if (++polls == Waiter::kFirstPolls + 4) {
+                      std::this_thread::sleep_for(milliseconds(2));
+                    }
+                    return polls > Waiter::kFirstPolls + 8;
+                  },
+                  [] { return false; }, bell),
+              WaitResult::kReady);
+  }
+  return waiter.spin();
+}
+
+TEST(Waiter, ARankOnACpuOfItsOwnKeepsItsWholeSpinThroughLongWaits) {
+  const WaitPolicy fit = WaitPolicy::For(1);
+  std::chrono::nanoseconds marked{0};
+  std::chrono::nanoseconds unmarked{0};
+  // Unmarked first: the mark is process-wide and stays.
+  std::thread([&] { unmarked = SpinAfterLongWaits(fit, false); }).join();
+  std::thread([&] { marked = SpinAfterLongWaits(fit, true); }).join();
+  EXPECT_LT(unmarked, fit.bound_spin);
+  EXPECT_EQ(marked, fit.bound_spin);
+}
+
 }  // namespace
 }  // namespace chorus::internal

@@ -52,6 +52,28 @@ bool BoundToOneCpu() {
   return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
 }
 
+namespace {
+constexpr int kMarkedCpus = 1024;
+std::atomic<uint64_t> own_cpus[kMarkedCpus / 64];
+}  // namespace
+
+void MarkOwnCpu(int cpu) {
+  if (cpu < 0 || cpu >= kMarkedCpus) return;
+  own_cpus[cpu / 64].fetch_or(uint64_t{1} << (cpu % 64), std::memory_order_relaxed);
+}
+
+bool OnOwnCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1) return false;
+  for (int cpu = 0; cpu < kMarkedCpus; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) {
+      return (own_cpus[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64) & 1) != 0;
+    }
+  }
+  return false;
+}
+
 // The measurements behind these figures are in docs/waiting.md.
 WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
   using std::chrono::microseconds;
@@ -76,7 +98,8 @@ void Waiter::CheckBinding(Clock::time_point now) {
   const bool bound = BoundToOneCpu();
   spin_cap_ = bound ? policy_.bound_spin : policy_.spin;
   yield_ = bound ? std::chrono::nanoseconds(0) : policy_.yield;
-  spin_ = std::min(spin_, spin_cap_);
+  own_cpu_ = bound && OnOwnCpu();
+  spin_ = own_cpu_ ? spin_cap_ : std::min(spin_, spin_cap_);
 }
 
 void CpuRelax() {

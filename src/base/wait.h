@@ -17,11 +17,15 @@
 //
 // A Waiter runs the waits of one rank. Two things it learns keep a small call cheap:
 //   - The spin is earned: a spin that ran out before the condition came is halved, one that
-//     caught it is doubled (up to the policy's). Ranks that fit on the cores can still land on
-//     one core (the scheduler places woken threads next to their waker, or other work takes the
-//     other core); then every spin only delays the peer: a 32-byte call took 7-10 us instead
-//     of 0.4 (3.8 us with the spin earned). While the spin is off, one wait in kProbeEvery
-//     spins briefly to notice that the peer has a core of its own again.
+//     caught it is doubled (up to the policy's). Not on a CPU that chorus gave this rank for
+//     itself (MarkOwnCpu: bench and demo bind their ranks so): there the spin is the bound cap
+//     on every wait. An earned spin never grows back from waits longer than itself, so ranks
+//     whose waits last tens of microseconds (a 1 MiB call's segments) would sleep on every
+//     one of them; where no other rank shares the CPU, nobody is delayed by the spin. Ranks that
+//     fit on the cores can still land on one core (the scheduler places woken threads next to their
+//     waker, or other work takes the other core); then every spin only delays the peer: a 32-byte
+//     call took 7-10 us instead of 0.4 (3.8 us with the spin earned). While the spin is off, one
+//     wait in kProbeEvery spins briefly to notice that the peer has a core of its own again.
 //   - The clock is read only when a wait has to go on: a call's deadline is fixed by its first
 //     wait that reads the clock (clock_gettime costs 25-60 ns in this VM, as much as a
 //     cache-line hop), and a spin polls kFirstPolls times before its first clock read.
@@ -154,6 +158,12 @@ struct WaitPolicy {
 int UsableCpus();
 // Whether the calling thread may run on exactly one CPU.
 bool BoundToOneCpu();
+// Records that `cpu` was given to one rank of this process for itself (a thread or process
+// bound to it, no other rank on it). A wait on a thread bound to such a CPU spins the whole
+// bound cap (WaitPolicy::bound_spin) every time, instead of earning it.
+void MarkOwnCpu(int cpu);
+// Whether the calling thread is bound to exactly one CPU and MarkOwnCpu marked it.
+bool OnOwnCpu();
 
 void CpuRelax();
 void YieldCpu();
@@ -225,7 +235,10 @@ class Waiter {
     return ++unspun_waits_ % kProbeEvery == 0 ? kProbe : std::chrono::nanoseconds(0);
   }
   void SpinPaid() { spin_ = std::min(spin_cap_, std::max(kProbe, 2 * spin_)); }
-  void SpinWasted() { spin_ = spin_ / 2 < kProbe ? std::chrono::nanoseconds(0) : spin_ / 2; }
+  void SpinWasted() {
+    if (own_cpu_) return;  // nobody shares the CPU: the spin costs no one anything
+    spin_ = spin_ / 2 < kProbe ? std::chrono::nanoseconds(0) : spin_ / 2;
+  }
   Deadline DeadlineFrom(Clock::time_point now) {
     if (!deadline_fixed_) {
       deadline_ = DeadlineAfter(timeout_, now);
@@ -241,6 +254,7 @@ class Waiter {
   WaitPolicy policy_;
   std::chrono::nanoseconds spin_cap_;  // policy_.spin, or policy_.bound_spin while bound
   std::chrono::nanoseconds yield_;     // policy_.yield, or none while bound
+  bool own_cpu_ = false;               // bound to a CPU marked by MarkOwnCpu: spin_ is the cap
   Clock::time_point binding_checked_until_{};
   std::chrono::nanoseconds spin_;  // earned spin, 0 or in [kProbe, spin_cap_]
   uint32_t unspun_waits_ = 0;

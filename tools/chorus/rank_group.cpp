@@ -15,6 +15,8 @@
 #include <string_view>
 #include <utility>
 
+#include "base/wait.h"
+
 namespace chorus::cli {
 namespace {
 
@@ -35,7 +37,9 @@ void BindToOwnCore(int local_rank, int local_ranks) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    sched_setaffinity(0, sizeof one, &one);  // best effort: unbound ranks still work
+    // Best effort: unbound ranks still work. Bound, the CPU is this rank's alone: its waits
+    // may spin as long as the policy allows (base/wait.h).
+    if (sched_setaffinity(0, sizeof one, &one) == 0) internal::MarkOwnCpu(cpu);
     return;
   }
 }
