@@ -226,7 +226,8 @@ std::chrono::nanoseconds SpinAfterLongWaits(const WaitPolicy& policy, bool own) 
 }
 
 TEST(Waiter, ARankOnACpuOfItsOwnKeepsItsWholeSpinThroughLongWaits) {
-  const WaitPolicy fit = WaitPolicy::For(1);
+  WaitPolicy fit = WaitPolicy::For(1);
+  fit.spin_out_on_own_cpu = true;
   std::chrono::nanoseconds marked{0};
   std::chrono::nanoseconds unmarked{0};
   // Unmarked first: the mark is process-wide and stays.
@@ -234,6 +235,12 @@ TEST(Waiter, ARankOnACpuOfItsOwnKeepsItsWholeSpinThroughLongWaits) {
   std::thread([&] { marked = SpinAfterLongWaits(fit, true); }).join();
   EXPECT_LT(unmarked, fit.bound_spin);
   EXPECT_EQ(marked, fit.bound_spin);
+  // A policy without spin_out_on_own_cpu (TCP ranks, whose progress thread needs a CPU too)
+  // earns its spin on a marked CPU as anywhere else.
+  fit.spin_out_on_own_cpu = false;
+  std::chrono::nanoseconds earned{0};
+  std::thread([&] { earned = SpinAfterLongWaits(fit, true); }).join();
+  EXPECT_LT(earned, fit.bound_spin);
 }
 
 }  // namespace

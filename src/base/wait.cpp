@@ -98,7 +98,7 @@ void Waiter::CheckBinding(Clock::time_point now) {
   const bool bound = BoundToOneCpu();
   spin_cap_ = bound ? policy_.bound_spin : policy_.spin;
   yield_ = bound ? std::chrono::nanoseconds(0) : policy_.yield;
-  own_cpu_ = bound && OnOwnCpu();
+  own_cpu_ = bound && policy_.spin_out_on_own_cpu && OnOwnCpu();
   spin_ = own_cpu_ ? spin_cap_ : std::min(spin_, spin_cap_);
 }
 

@@ -18,8 +18,9 @@
 // A Waiter runs the waits of one rank. Two things it learns keep a small call cheap:
 //   - The spin is earned: a spin that ran out before the condition came is halved, one that
 //     caught it is doubled (up to the policy's). Not on a CPU that chorus gave this rank for
-//     itself (MarkOwnCpu: bench and demo bind their ranks so): there the spin is the bound cap
-//     on every wait. An earned spin never grows back from waits longer than itself, so ranks
+//     itself (MarkOwnCpu: bench and demo bind their ranks so) when the rank's own thread moves
+//     all its data (WaitPolicy::spin_out_on_own_cpu): there the spin is the bound cap on every
+//     wait. An earned spin never grows back from waits longer than itself, so ranks
 //     whose waits last tens of microseconds (a 1 MiB call's segments) would sleep on every
 //     one of them; where no other rank shares the CPU, nobody is delayed by the spin. Ranks that
 //     fit on the cores can still land on one core (the scheduler places woken threads next to their
@@ -140,17 +141,23 @@ struct WaitPolicy {
   // and never yield, since a yield could only hand the core to other work for a time slice.
   // Zero: binding changes nothing.
   std::chrono::nanoseconds bound_spin{0};
+  // On a CPU marked by MarkOwnCpu, spin the whole bound_spin on every wait instead of earning
+  // it. Only where the rank's own thread moves all of its data (thread and shm ranks): a TCP
+  // rank's progress thread, unbound, needs a CPU too, and two ranks spinning out both CPUs
+  // would hold it off.
+  bool spin_out_on_own_cpu = false;
 
   // Spin only when every rank has a core of its own (they fit on the CPUs this process may use,
   // or the calling thread is bound to one CPU); yield longer when they share.
   static WaitPolicy For(int ranks_on_this_host);
   // For transports that progress only when polled: yield between polls, never sleep.
   static WaitPolicy PollOnly() {
-    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365), false, false, {}};
+    return {std::chrono::nanoseconds(0), std::chrono::hours(24 * 365), false, false, {}, false};
   }
   // Sleep at once, every time (WaitMode::kSleep and kSleepChecked).
   static WaitPolicy SleepOnly(bool check_wakeups) {
-    return {std::chrono::nanoseconds(0), std::chrono::nanoseconds(0), check_wakeups, true, {}};
+    return {
+        std::chrono::nanoseconds(0), std::chrono::nanoseconds(0), check_wakeups, true, {}, false};
   }
 };
 

@@ -29,7 +29,7 @@ int JobCores(const Transport& t) {
   return UsableCpus() * t.size() / std::max(1, t.ranks_on_host());
 }
 
-WaitPolicy PolicyFor(const Transport& t, WaitMode mode) {
+WaitPolicy PolicyFor(const Transport& t, TransportKind kind, WaitMode mode) {
   if (!t.rings_doorbell()) return WaitPolicy::PollOnly();  // nothing would wake a sleeper
   switch (mode) {
     case WaitMode::kAuto:
@@ -39,7 +39,11 @@ WaitPolicy PolicyFor(const Transport& t, WaitMode mode) {
     case WaitMode::kSleepChecked:
       return WaitPolicy::SleepOnly(true);
   }
-  return WaitPolicy::For(t.ranks_on_host());
+  WaitPolicy policy = WaitPolicy::For(t.ranks_on_host());
+  // Thread and shm ranks move all their data on their own thread; TCP and hybrid ranks have a
+  // progress thread that needs a CPU too (base/wait.h).
+  policy.spin_out_on_own_cpu = kind == TransportKind::kThread || kind == TransportKind::kShm;
+  return policy;
 }
 
 }  // namespace
@@ -49,7 +53,7 @@ CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
     : transport_(std::move(transport)),
       kind_(kind),
       options_(options),
-      waiter_(PolicyFor(*transport_, options.wait), &transport_->beacon()),
+      waiter_(PolicyFor(*transport_, kind, options.wait), &transport_->beacon()),
       selector_({.kind = CollectiveKind::kAllReduce,
                  .transport = kind,
                  .ranks = transport_->size(),
