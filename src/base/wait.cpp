@@ -46,33 +46,37 @@ int UsableCpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool BoundToOneCpu() {
+namespace {
+
+// The one CPU the calling thread may run on, or -1 when it may run on several.
+int BoundCpu() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) return cpu;
+  }
+  return -1;
 }
 
-namespace {
 constexpr int kMarkedCpus = 1024;
 std::atomic<uint64_t> own_cpus[kMarkedCpus / 64];
+
+bool Marked(int cpu) {
+  return cpu >= 0 && cpu < kMarkedCpus &&
+         (own_cpus[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64) & 1) != 0;
+}
+
 }  // namespace
+
+bool BoundToOneCpu() { return BoundCpu() >= 0; }
 
 void MarkOwnCpu(int cpu) {
   if (cpu < 0 || cpu >= kMarkedCpus) return;
   own_cpus[cpu / 64].fetch_or(uint64_t{1} << (cpu % 64), std::memory_order_relaxed);
 }
 
-bool OnOwnCpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) != 1) return false;
-  for (int cpu = 0; cpu < kMarkedCpus; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) {
-      return (own_cpus[cpu / 64].load(std::memory_order_relaxed) >> (cpu % 64) & 1) != 0;
-    }
-  }
-  return false;
-}
+bool OnOwnCpu() { return Marked(BoundCpu()); }
 
 // The measurements behind these figures are in docs/waiting.md.
 WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
@@ -95,10 +99,11 @@ WaitPolicy WaitPolicy::For(int ranks_on_this_host) {
 
 void Waiter::CheckBinding(Clock::time_point now) {
   binding_checked_until_ = now + kBindingCheckEvery;
-  const bool bound = BoundToOneCpu();
+  const int cpu = BoundCpu();  // one affinity read for both questions
+  const bool bound = cpu >= 0;
   spin_cap_ = bound ? policy_.bound_spin : policy_.spin;
   yield_ = bound ? std::chrono::nanoseconds(0) : policy_.yield;
-  own_cpu_ = bound && policy_.spin_out_on_own_cpu && OnOwnCpu();
+  own_cpu_ = policy_.spin_out_on_own_cpu && Marked(cpu);
   spin_ = own_cpu_ ? spin_cap_ : std::min(spin_, spin_cap_);
 }
 

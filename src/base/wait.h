@@ -17,16 +17,16 @@
 //
 // A Waiter runs the waits of one rank. Two things it learns keep a small call cheap:
 //   - The spin is earned: a spin that ran out before the condition came is halved, one that
-//     caught it is doubled (up to the policy's). Not on a CPU that chorus gave this rank for
-//     itself (MarkOwnCpu: bench and demo bind their ranks so) when the rank's own thread moves
-//     all its data (WaitPolicy::spin_out_on_own_cpu): there the spin is the bound cap on every
-//     wait. An earned spin never grows back from waits longer than itself, so ranks
-//     whose waits last tens of microseconds (a 1 MiB call's segments) would sleep on every
-//     one of them; where no other rank shares the CPU, nobody is delayed by the spin. Ranks that
-//     fit on the cores can still land on one core (the scheduler places woken threads next to their
-//     waker, or other work takes the other core); then every spin only delays the peer: a 32-byte
-//     call took 7-10 us instead of 0.4 (3.8 us with the spin earned). While the spin is off, one
-//     wait in kProbeEvery spins briefly to notice that the peer has a core of its own again.
+//     caught it is doubled (up to the policy's). Ranks that fit on the cores can still land on
+//     one core (the scheduler places woken threads next to their waker, or other work takes the
+//     other core); then every spin only delays the peer: a 32-byte call took 7-10 us instead
+//     of 0.4 (3.8 us with the spin earned). While the spin is off, one wait in kProbeEvery
+//     spins briefly to notice that the peer has a core of its own again.
+//     The exception: a rank whose own thread moves all its data (WaitPolicy::
+//     spin_out_on_own_cpu), on a CPU that chorus gave it for itself (MarkOwnCpu: bench and
+//     demo bind their ranks so), spins the bound cap on every wait. There the spin delays no
+//     one, and an earned spin never grows back from waits longer than itself: ranks whose waits
+//     last tens of microseconds (a 1 MiB call's segments) would sleep on every one of them.
 //   - The clock is read only when a wait has to go on: a call's deadline is fixed by its first
 //     wait that reads the clock (clock_gettime costs 25-60 ns in this VM, as much as a
 //     cache-line hop), and a spin polls kFirstPolls times before its first clock read.

@@ -210,13 +210,15 @@ Status BenchRank::Described(const Status& status, BenchOp op, Placement where,
 
 void BenchRank::PrintTableHeader(BenchOp op) const {
   const bool reduces = internal::Collective(op).reduces;
-  std::string algo = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
-  if (internal::Collective(op).varied) algo += cfg_.even_split ? "  split even" : "  split uneven";
+  std::string choices = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
+  if (internal::Collective(op).varied) {
+    choices += cfg_.even_split ? "  split even" : "  split uneven";
+  }
   std::printf("# chorus bench: op %s  ranks %d  dtype %s  redop %s  transport %s%s\n",
               std::string(BenchOpName(op)).c_str(), ranks_,
               std::string(DataTypeName(cfg_.dtype)).c_str(),
               reduces ? std::string(ReduceOpName(cfg_.redop)).c_str() : "none",
-              std::string(TransportKindName(group_.transport())).c_str(), algo.c_str());
+              std::string(TransportKindName(group_.transport())).c_str(), choices.c_str());
   std::string step = !cfg_.sizes.empty()   ? "list"
                      : cfg_.step_bytes > 0 ? std::to_string(cfg_.step_bytes) + "(bytes)"
                                            : std::to_string(cfg_.step_factor) + "(factor)";
