@@ -10,8 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -21,6 +25,7 @@
 #include "support/raw_socket.h"
 #include "support/spawn.h"
 #include "support/temp_dir.h"
+#include "transport/tcp/tcp_transport_internal.h"
 
 namespace chorus {
 namespace {
@@ -200,6 +205,87 @@ TEST(TcpHostsFailure, KilledRankOnOneHostIsNamedOnEveryHost) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int r : {0, 1, 2}) EXPECT_TRUE(exits[r].ok()) << "rank " << r << ": " << exits[r].report;
   EXPECT_LT(seconds, 20.0);
+}
+
+// Two TCP transports of one process, ranks 0 and 1 (depth 2, 64-byte slots).
+std::vector<std::unique_ptr<internal::Transport>> ConnectPair(const std::string& store_url) {
+  auto store = OpenStore(store_url);
+  EXPECT_TRUE(store.ok()) << store.status();
+  auto secret = internal::Secret::FromText(kSecret, "test");
+  EXPECT_TRUE(secret.ok()) << secret.status();
+  auto connect = [&](int rank) {
+    const internal::ConnectConfig c{rank, 2, 64, 2,
+                                    internal::Clock::now() + std::chrono::seconds(60)};
+    return internal::ConnectTcp(**store, internal::TcpConfig{c, "127.0.0.1", *secret});
+  };
+  auto one = std::async(std::launch::async, connect, 1);
+  auto zero = connect(0);
+  auto first = one.get();
+  EXPECT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE(first.ok()) << first.status();
+  std::vector<std::unique_ptr<internal::Transport>> pair;
+  if (zero.ok() && first.ok()) {
+    pair.push_back(std::move(zero).value());
+    pair.push_back(std::move(first).value());
+  }
+  return pair;
+}
+
+// Polls `ready` until it holds; false after a minute (a hang, not a verdict on speed).
+template <typename Ready>
+bool Eventually(Ready&& ready) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+// A rank that sent its last messages of a job and exited left them in its peer's socket, unread
+// while the peer's slots are full. A send to it then fails (it hung up): the peer still reads
+// every message, and only then finds the rank gone. (The clean-clone run of 222ff97: a
+// gather-v root whose link to a finished rank was paused lost its data when a census probe to
+// that rank failed.)
+TEST(TcpLink, WhatAPeerSentBeforeItHungUpIsReadAfterASendToItFails) {
+  const TempDir dir;
+  auto pair = ConnectPair(dir.url());
+  ASSERT_EQ(pair.size(), 2u);
+  internal::Transport& zero = *pair[0];
+  constexpr int kMessages = 8;  // 2 in rank 0's slots, the rest in its socket
+  constexpr size_t kBytes = 64;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(Eventually([&] { return pair[1]->TryCredit(0); })) << "message " << i;
+    std::vector<unsigned char> bytes(kBytes, static_cast<unsigned char>(i + 1));
+    pair[1]->Post(0, {bytes.data(), kBytes, internal::CallTag{.call_index = uint64_t(i)}});
+  }
+  ASSERT_TRUE(Eventually([&] { return pair[1]->Drained(0); }));
+  pair[1].reset();  // rank 1 exits
+  // Rank 0 sends to it until a send fails: the first may still go out (the closed socket answers
+  // it with a reset).
+  auto& tcp = dynamic_cast<internal::tcp::TcpTransport&>(zero);
+  const unsigned char ping[4] = {1, 2, 3, 4};
+  ASSERT_TRUE(Eventually([&] {
+    if (tcp.PeerHungUp(1)) return true;
+    if (zero.TryCredit(1)) zero.Post(1, {ping, sizeof ping, internal::CallTag{}});
+    return false;
+  }));
+  for (int i = 0; i < kMessages; ++i) {
+    internal::Message m;
+    ASSERT_TRUE(Eventually([&] { return zero.TryPeek(1, &m) || !zero.PeerAlive(1); }));
+    ASSERT_TRUE(zero.PeerAlive(1) || zero.TryPeek(1, &m))
+        << "message " << i << " lost: " << zero.DescribeDeath(1);
+    EXPECT_EQ(m.bytes, kBytes);
+    EXPECT_EQ(m.tag.call_index, uint64_t(i));
+    const auto* data = static_cast<const unsigned char*>(m.data);
+    EXPECT_EQ(std::count(data, data + m.bytes, static_cast<unsigned char>(i + 1)), long(kBytes))
+        << "message " << i;
+    zero.Release(1);
+  }
+  ASSERT_TRUE(Eventually([&] { return !zero.PeerAlive(1); }));
+  EXPECT_THAT(zero.DescribeDeath(1), ::testing::HasSubstr("rank 1"));
+  // Posting to it still returns its credits: a send to a rank that is gone never hangs.
+  EXPECT_TRUE(zero.TryCredit(1));
 }
 
 TEST(TcpCreate, NoSecretIsAClearError) {

@@ -156,7 +156,21 @@ void TcpTransport::StartDataFrame(Link& l, const std::byte* newest_from) {
   ++l.data_started;
 }
 
+void TcpTransport::DropOutputLocked(Link& l) {
+  l.current.reset();
+  l.control_out.clear();
+  const uint64_t posted = l.posted.load(std::memory_order_acquire);
+  if (l.data_started == posted) return;
+  l.data_started = posted;
+  l.written.store(posted, std::memory_order_release);
+  doorbell().Ring();  // the credits came back
+}
+
 Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
+  if (l.hung_up) {
+    DropOutputLocked(l);
+    return Flush::kError;
+  }
   while (l.fd >= 0) {
     if (!l.current) {
       if (!l.control_out.empty()) {
@@ -190,6 +204,9 @@ Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Flush::kBlocked;
       if (errno == EINTR) continue;
+      l.send_error = "lost its connection (" + Errno("send") + ")";
+      l.hung_up = true;
+      DropOutputLocked(l);
       return Flush::kError;
     }
     out.done += static_cast<size_t>(n);

@@ -386,12 +386,22 @@ bool TcpTransport::ServiceLinks() {
       if (l.dead.load(std::memory_order_relaxed)) continue;
     }
     Flush result;
+    std::string send_error;
     {
       std::lock_guard<std::mutex> lock(l.send_mu);
       result = FlushLocked(l);
+      if (result == Flush::kError) send_error = l.send_error;
     }
     if (result == Flush::kError) {
-      KillLink(peer, "lost its connection (" + Errno("send") + ")");
+      // The peer hung up, perhaps after its last message of a call (it exited): what it sent
+      // is still to be read, and the link dies at the end of it (or stays paused until the
+      // rank has taken its slots). A peer that hung up sends nothing more, so reading ends at
+      // once; if it does not, the send's error kills the link.
+      if (l.paused.load(std::memory_order_relaxed)) continue;
+      Read(peer);
+      if (!l.dead.load(std::memory_order_relaxed) && !l.paused.load(std::memory_order_relaxed)) {
+        KillLink(peer, send_error);
+      }
       continue;
     }
     Interest(peer, result == Flush::kBlocked);

@@ -25,7 +25,9 @@
 // Failure: a rank that fails the group sends a kFail frame on every link; a rank that receives
 // one records it and forwards it, so the failure floods every connected rank. A connection
 // that closes (the peer exited or was killed: the kernel closes its sockets) makes the peer
-// dead for waits that need it, which then fail with kUnavailable naming it.
+// dead for waits that need it, which then fail with kUnavailable naming it, but only once what
+// it sent before has been read: a send to it that fails drops what is queued for it (as the
+// kernel would) and leaves its last messages readable.
 //
 // Strangers: a connection that does not complete the handshake with a valid claim (this
 // communicator, this rank, a lower peer rank not yet connected) within the handshake timeout

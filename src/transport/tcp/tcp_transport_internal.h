@@ -66,6 +66,12 @@ class TcpTransport final : public ControlledTransport {
     return l.dead.load(std::memory_order_acquire) && !l.ready.load(std::memory_order_acquire);
   }
 
+  // True once a send to `peer` failed: it hung up (tests).
+  bool PeerHungUp(int peer) {
+    std::lock_guard<std::mutex> lock(link(peer).send_mu);
+    return link(peer).hung_up;
+  }
+
   void Fail(const Status& status) override;
   void Reject(uint64_t call_index, const std::string& reason) override;
   Doorbell& doorbell() override { return bell_ != nullptr ? *bell_ : control_.bell(rank_); }
@@ -85,6 +91,9 @@ class TcpTransport final : public ControlledTransport {
   // Both threads: writes what is queued on `l` (under send_mu) until the socket is full. The
   // newest posted frame's payload comes from `newest_from` if given (the caller's memory).
   Flush FlushLocked(Link& l, const std::byte* newest_from = nullptr);
+  // Under send_mu, once the peer hung up: forgets the frames under way and queued, and gives
+  // the posted ones' credits back.
+  void DropOutputLocked(Link& l);
   // Under send_mu: makes the next control frame, or the next posted data frame, l.current.
   void StartControlFrame(Link& l);
   void StartDataFrame(Link& l, const std::byte* newest_from);
