@@ -397,11 +397,13 @@ bool TcpTransport::ServiceLinks() {
       // is still to be read, and the link dies at the end of it (or stays paused until the
       // rank has taken its slots). A peer that hung up sends nothing more, so reading ends at
       // once; if it does not, the send's error kills the link.
-      if (l.paused.load(std::memory_order_relaxed)) continue;
-      Read(peer);
-      if (!l.dead.load(std::memory_order_relaxed) && !l.paused.load(std::memory_order_relaxed)) {
+      if (!l.paused.load(std::memory_order_relaxed)) Read(peer);
+      if (l.dead.load(std::memory_order_relaxed)) continue;
+      if (!l.paused.load(std::memory_order_relaxed)) {
         KillLink(peer, send_error);
+        continue;
       }
+      Interest(peer, false);  // paused: out of the set (its hang-up would wake the loop at once)
       continue;
     }
     Interest(peer, result == Flush::kBlocked);
