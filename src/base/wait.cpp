@@ -46,9 +46,6 @@ int UsableCpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-namespace {
-
-// The one CPU the calling thread may run on, or -1 when it may run on several.
 int BoundCpu() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -58,6 +55,8 @@ int BoundCpu() {
   }
   return -1;
 }
+
+namespace {
 
 constexpr int kMarkedCpus = 1024;
 std::atomic<uint64_t> own_cpus[kMarkedCpus / 64];

@@ -23,10 +23,11 @@
 //     of 0.4 (3.8 us with the spin earned). While the spin is off, one wait in kProbeEvery
 //     spins briefly to notice that the peer has a core of its own again.
 //     The exception: a rank whose own thread moves all its data (WaitPolicy::
-//     spin_out_on_own_cpu), on a CPU that chorus gave it for itself (MarkOwnCpu: bench and
-//     demo bind their ranks so), spins the bound cap on every wait. There the spin delays no
-//     one, and an earned spin never grows back from waits longer than itself: ranks whose waits
-//     last tens of microseconds (a 1 MiB call's segments) would sleep on every one of them.
+//     spin_out_on_own_cpu), on a CPU it has to itself (MarkOwnCpu: bench and demo bind their
+//     ranks so, and Create marks it when every rank of the host is bound to a CPU of its own,
+//     as mpirun --bind-to core binds them), spins the bound cap on every wait. There the spin
+//     delays no one, and an earned spin never grows back from waits longer than itself: ranks whose
+//     waits last tens of microseconds (a 1 MiB call's segments) would sleep on every one of them.
 //   - The clock is read only when a wait has to go on: a call's deadline is fixed by its first
 //     wait that reads the clock (clock_gettime costs 25-60 ns in this VM, as much as a
 //     cache-line hop), and a spin polls kFirstPolls times before its first clock read.
@@ -165,6 +166,8 @@ struct WaitPolicy {
 int UsableCpus();
 // Whether the calling thread may run on exactly one CPU.
 bool BoundToOneCpu();
+// The one CPU the calling thread may run on, or -1 when it may run on several.
+int BoundCpu();
 // Records that `cpu` was given to one rank of this process for itself (a thread or process
 // bound to it, no other rank on it). A wait on a thread bound to such a CPU spins the whole
 // bound cap (WaitPolicy::bound_spin) every time, instead of earning it.

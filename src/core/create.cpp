@@ -190,6 +190,30 @@ Result<std::string> ListenAddress(const std::string& listen, bool one_host) {
   return **found;
 }
 
+// The CPU a rank was bound to when it met the others (its "cpu=N" capability), or -1.
+int CpuOf(const internal::MemberRecord& m) {
+  const size_t at = (" " + m.caps).find(" cpu=");
+  return at == std::string::npos ? -1 : std::atoi(m.caps.c_str() + at + 4);
+}
+
+// A rank bound to a CPU that no other rank of its host is bound to, while every rank of the
+// host is bound to one (an unbound rank may run anywhere), has that CPU to itself: its thread
+// and shm waits may spin the whole bound cap (base/wait.h, MarkOwnCpu). So bind chorus launch
+// --bind core, mpirun --bind-to core and srun --cpu-bind=cores, as bench and demo do.
+void MarkCpuIfOwn(const std::vector<internal::MemberRecord>& members,
+                  const internal::MemberRecord& me) {
+  const int mine = CpuOf(me);
+  if (mine < 0) return;
+  int sharing = 0;
+  for (const internal::MemberRecord& m : members) {
+    if (m.host != me.host) continue;
+    const int cpu = CpuOf(m);
+    if (cpu < 0) return;
+    sharing += cpu == mine ? 1 : 0;
+  }
+  if (sharing == 1) internal::MarkOwnCpu(mine);
+}
+
 // The host layout when every host holds the same number (> 1) of ranks; else nullopt.
 std::optional<internal::HostLayout> LayoutOf(const std::vector<internal::MemberRecord>& members,
                                              int rank) {
@@ -333,6 +357,9 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   request.me.cpus = internal::UsableCpus();
   request.me.settings = Settings(options);
   request.me.caps = internal::tcp::HasAesGcm() ? "aesgcm" : "";
+  if (const int cpu = internal::BoundCpu(); cpu >= 0) {
+    request.me.caps += (request.me.caps.empty() ? "cpu=" : " cpu=") + std::to_string(cpu);
+  }
   CHORUS_RETURN_IF_ERROR(ClaimHostedStore(*store, options, hosting, request.me, deadline));
 
   // The communicator's own corner of the store; its meetings are numbered rounds (core/meet.h).
@@ -349,6 +376,7 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   const std::vector<internal::MemberRecord>& members = meeting->members;
 
   const internal::MemberRecord& me = members[static_cast<size_t>(options.rank)];
+  MarkCpuIfOwn(members, me);
   bool one_host = true;
   bool one_process = true;
   int ranks_on_host = 0;
