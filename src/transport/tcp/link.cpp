@@ -167,7 +167,8 @@ void TcpTransport::DropOutputLocked(Link& l) {
 }
 
 Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
-  if (l.hung_up) {
+  if (l.hung_up.load(std::memory_order_relaxed)) {
+    if (l.fd < 0) return Flush::kDone;  // dead: nothing more is taken, and waits see the death
     DropOutputLocked(l);
     return Flush::kError;
   }
@@ -204,8 +205,10 @@ Flush TcpTransport::FlushLocked(Link& l, const std::byte* newest_from) {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Flush::kBlocked;
       if (errno == EINTR) continue;
+      const bool gone = errno == EPIPE || errno == ECONNRESET;
       l.send_error = "lost its connection (" + Errno("send") + ")";
-      l.hung_up = true;
+      if (!gone) return Flush::kError;  // anything else: the link is killed at once
+      l.hung_up.store(true, std::memory_order_release);
       DropOutputLocked(l);
       return Flush::kError;
     }

@@ -80,11 +80,12 @@ struct Link {
   std::optional<Outgoing> current;       // frame being written (under send_mu)
   uint64_t data_started = 0;             // data frames started (under send_mu)
   uint64_t send_sequence = 0;            // frames started (under send_mu)
-  // A send failed (the peer hung up): what is queued or posted later is dropped, as the kernel
-  // drops what is sent to a peer that is gone, so no wait for a credit outlasts the link. The
-  // link dies only once what the peer sent before it hung up has been read.
-  bool hung_up = false;                  // under send_mu
-  std::string send_error;                // why the send failed (under send_mu)
+  // A send found the peer gone (EPIPE, ECONNRESET): while the link lives on, what is queued or
+  // posted is dropped, as the kernel drops what is sent to a peer that is gone, so no wait for
+  // a credit outlasts the link. The link dies only once what the peer sent before it hung up
+  // has been read. Set under send_mu; a census reads it without (the peer has exited).
+  std::atomic<bool> hung_up{false};
+  std::string send_error;                // why the last send failed (under send_mu)
   uint32_t events = 0;                   // epoll interest; 0 = not registered (progress thread)
 
   // Receive side: whoever holds recv_mu reads the socket; the rank thread reads slots up to

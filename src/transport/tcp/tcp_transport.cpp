@@ -161,6 +161,7 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
   auto askable = [&](int peer) {
     const Link& l = link(peer);
     return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
+           !l.hung_up.load(std::memory_order_acquire) &&
            (peer > rank_ || l.ready.load(std::memory_order_acquire));
   };
   for (int peer = 0; peer < size(); ++peer) {
@@ -190,7 +191,7 @@ std::vector<PeerState> TcpTransport::Glance(uint64_t call_index) {
   auto askable = [&](int peer) {
     const Link& l = link(peer);
     return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
-           l.ready.load(std::memory_order_acquire);
+           !l.hung_up.load(std::memory_order_acquire) && l.ready.load(std::memory_order_acquire);
   };
   ReadAnswers(call_index, askable, &states);
   for (int peer = 0; peer < size(); ++peer) {
@@ -207,7 +208,8 @@ void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
     if (peer == rank_) continue;
     Link& l = link(peer);
     PeerState& s = (*states)[Index(peer)];
-    if (l.dead.load(std::memory_order_acquire)) {
+    // A peer that hung up has exited, though its link lives on until its last messages are read.
+    if (l.dead.load(std::memory_order_acquire) || l.hung_up.load(std::memory_order_acquire)) {
       s.alive = false;
     } else if (!askable(peer)) {
       s.known = false;
@@ -391,6 +393,10 @@ bool TcpTransport::ServiceLinks() {
       std::lock_guard<std::mutex> lock(l.send_mu);
       result = FlushLocked(l);
       if (result == Flush::kError) send_error = l.send_error;
+    }
+    if (result == Flush::kError && !l.hung_up.load(std::memory_order_relaxed)) {
+      KillLink(peer, send_error);
+      continue;
     }
     if (result == Flush::kError) {
       // The peer hung up, perhaps after its last message of a call (it exited): what it sent

@@ -67,10 +67,7 @@ class TcpTransport final : public ControlledTransport {
   }
 
   // True once a send to `peer` failed: it hung up (tests).
-  bool PeerHungUp(int peer) {
-    std::lock_guard<std::mutex> lock(link(peer).send_mu);
-    return link(peer).hung_up;
-  }
+  bool PeerHungUp(int peer) { return link(peer).hung_up.load(std::memory_order_acquire); }
 
   void Fail(const Status& status) override;
   void Reject(uint64_t call_index, const std::string& reason) override;
