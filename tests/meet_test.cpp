@@ -74,6 +74,45 @@ std::string OwnJobSum(const Process& p) {
 
 // The reproduction: two 2-rank jobs, one file store, started A0, B0, B1, A1 0.4 s apart. Before,
 // they formed A0+B1 and B0+A1 and every all-reduce returned the other job's data.
+// A rank's CPU is its own when every rank of its host is bound and none other to that CPU: as
+// mpirun --bind-to core binds ranks. Ranks of other hosts do not count.
+TEST(OwnCpu, OnlyARankBoundToACpuNoOtherRankOfItsHostIsBoundTo) {
+  auto member = [](const std::string& host, const std::string& caps) {
+    internal::MemberRecord m;
+    m.host = host;
+    m.caps = caps;
+    return m;
+  };
+  EXPECT_EQ(member("a", "cpu=3").BoundCpu(), 3);
+  EXPECT_EQ(member("a", "aesgcm cpu=12").BoundCpu(), 12);
+  EXPECT_EQ(member("a", "cpu=7 aesgcm").BoundCpu(), 7);
+  EXPECT_EQ(member("a", "aesgcm").BoundCpu(), -1);
+  EXPECT_EQ(member("a", "").BoundCpu(), -1);
+  EXPECT_EQ(member("a", "cpu=").BoundCpu(), -1);
+  EXPECT_EQ(member("a", "cpu=x").BoundCpu(), -1);
+  EXPECT_EQ(member("a", "cpu=-1").BoundCpu(), -1);
+  EXPECT_EQ(member("a", "xcpu=4").BoundCpu(), -1);
+
+  const std::vector<internal::MemberRecord> each_its_own{member("a", "cpu=0"),
+                                                         member("a", "aesgcm cpu=1")};
+  EXPECT_EQ(internal::OwnCpu(each_its_own, 0), 0);
+  EXPECT_EQ(internal::OwnCpu(each_its_own, 1), 1);
+  const std::vector<internal::MemberRecord> sharing{member("a", "cpu=0"), member("a", "cpu=0"),
+                                                    member("a", "cpu=1")};
+  EXPECT_EQ(internal::OwnCpu(sharing, 0), -1);
+  EXPECT_EQ(internal::OwnCpu(sharing, 1), -1);
+  EXPECT_EQ(internal::OwnCpu(sharing, 2), 1);
+  const std::vector<internal::MemberRecord> one_unbound{member("a", "cpu=0"), member("a", "")};
+  EXPECT_EQ(internal::OwnCpu(one_unbound, 0), -1);
+  EXPECT_EQ(internal::OwnCpu(one_unbound, 1), -1);
+  // Two hosts, each binding its ranks to CPUs 0 and 1; an unbound rank elsewhere changes nothing.
+  const std::vector<internal::MemberRecord> hosts{member("a", "cpu=0"), member("a", "cpu=1"),
+                                                  member("b", "cpu=0"), member("b", "cpu=1"),
+                                                  member("c", "")};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(internal::OwnCpu(hosts, r), r % 2) << "rank " << r;
+  EXPECT_EQ(internal::OwnCpu(hosts, 4), -1);
+}
+
 TEST(JobIsolation, InterleavedJobsWithoutIdsFailFastAndNeverMix) {
   const testing::TempDir dir;
   const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},

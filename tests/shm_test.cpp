@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -149,66 +148,6 @@ TEST(ShmCreate, AutoPicksShmOnOneHostAndLeavesNothingInDevShm) {
   ExpectAllOk(exits);
   EXPECT_THAT(LeftoverSegments(exits[0].pid), ::testing::IsEmpty());
 }
-
-// The usable CPUs of this process, in order.
-std::vector<int> UsableCpuList() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
-// Ranks that whoever started them bound one to a CPU each (mpirun --bind-to core, chorus
-// launch --bind core) have that CPU to themselves: Create marks it, and their waits spin the
-// whole bound cap (base/wait.h). Not when two ranks share a CPU, nor when one rank is unbound.
-struct BindingCase {
-  std::string name;
-  std::vector<int> cpu_index;  // per rank: index into the usable CPUs, -1 unbound
-  bool own;                    // each rank has its CPU to itself
-};
-
-class ShmBinding : public ::testing::TestWithParam<BindingCase> {};
-
-TEST_P(ShmBinding, CreateMarksACpuOnlyARankHas) {
-  const BindingCase c = GetParam();
-  const std::vector<int> cpus = UsableCpuList();
-  if (cpus.size() < 2) GTEST_SKIP() << "needs 2 usable CPUs";
-  const TempDir dir;
-  const int p = static_cast<int>(c.cpu_index.size());
-  const auto exits = ForkRanks(p, [&](int rank) -> std::string {
-    const int index = c.cpu_index[static_cast<size_t>(rank)];
-    if (index >= 0) {
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpus[static_cast<size_t>(index)], &one);
-      if (sched_setaffinity(0, sizeof one, &one) != 0) return "sched_setaffinity failed";
-    }
-    if (internal::OnOwnCpu()) return "marked before Create";
-    auto comm = Communicator::Create(ShmOptions(rank, p, dir.url()));
-    if (!comm.ok()) return comm.status().ToString();
-    const bool expected = c.own && index >= 0;
-    if (internal::OnOwnCpu() != expected) {
-      return std::string("Create ") + (expected ? "did not mark" : "marked") + " CPU " +
-             std::to_string(internal::BoundCpu());
-    }
-    std::vector<int32_t> v(1000, rank + 1);  // and the waits work either way
-    if (Status s = comm->AllReduce(std::span<int32_t>(v), ReduceOp::kSum); !s.ok()) {
-      return s.ToString();
-    }
-    return v == std::vector<int32_t>(1000, p * (p + 1) / 2) ? "" : "wrong sum";
-  });
-  ExpectAllOk(exits);
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, ShmBinding,
-                         ::testing::Values(BindingCase{"each_its_own", {0, 1}, true},
-                                           BindingCase{"sharing_one", {0, 0}, false},
-                                           BindingCase{"one_unbound", {0, -1}, false}),
-                         [](const auto& param_info) { return param_info.param.name; });
 
 // A rank that posted its last message and then left is not a dead peer to a rank that has not
 // read that message yet. The interleaving is forced every time, not left to the scheduler: the

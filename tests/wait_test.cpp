@@ -199,14 +199,18 @@ TEST(Waiter, ARankBoundToItsOwnCoreSpinsLongerAndOneUnboundDoesNot) {
 // earn it back: on a CPU of its own (MarkOwnCpu) the spin stays at the bound cap instead. Each
 // wait below is met 2 ms after it starts (its condition sleeps that long once), past the 1 ms
 // cap, so every spin runs out.
-std::chrono::nanoseconds SpinAfterLongWaits(const WaitPolicy& policy, bool own) {
+// `by_policy`: the CPU is the policy's own_cpu (as Create finds it) instead of marked.
+std::chrono::nanoseconds SpinAfterLongWaits(WaitPolicy policy, bool own, bool by_policy = false) {
   cpu_set_t one;
   CPU_ZERO(&one);
   const int cpu = sched_getcpu();
   CPU_SET(cpu, &one);
   EXPECT_EQ(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
-  if (own) MarkOwnCpu(cpu);
-  EXPECT_EQ(OnOwnCpu(), own);
+  if (own && by_policy) policy.own_cpu = cpu;
+  if (own && !by_policy) MarkOwnCpu(cpu);
+  if (!by_policy) {
+    EXPECT_EQ(OnOwnCpu(), own);
+  }
   Waiter waiter(policy);
   Doorbell bell;
   for (int i = 0; i < 4; ++i) {
@@ -241,6 +245,28 @@ TEST(Waiter, ARankOnACpuOfItsOwnKeepsItsWholeSpinThroughLongWaits) {
   std::chrono::nanoseconds earned{0};
   std::thread([&] { earned = SpinAfterLongWaits(fit, true); }).join();
   EXPECT_LT(earned, fit.bound_spin);
+}
+
+// The CPU Create found a rank to have to itself (WaitPolicy::own_cpu) counts as marked, for that
+// policy's waiter alone; a policy that names another CPU earns its spin. (Its own test process:
+// the marks of the test above are process-wide; ctest runs each test alone.)
+TEST(Waiter, ThePolicysOwnCpuKeepsTheWholeSpinAsAMarkedOneDoes) {
+  WaitPolicy fit = WaitPolicy::For(1);
+  fit.spin_out_on_own_cpu = true;
+  std::chrono::nanoseconds own{0};
+  std::chrono::nanoseconds other{0};
+  std::thread([&] { own = SpinAfterLongWaits(fit, true, true); }).join();
+  EXPECT_EQ(own, fit.bound_spin);
+  bool marked = false;
+  std::thread([&] {
+    WaitPolicy elsewhere = fit;
+    elsewhere.own_cpu = CPU_SETSIZE;  // not a CPU it can be bound to
+    other = SpinAfterLongWaits(elsewhere, false, true);
+    marked = OnOwnCpu();  // by the test above, when both run in one process
+  }).join();
+  if (!marked) {
+    EXPECT_LT(other, fit.bound_spin);
+  }
 }
 
 }  // namespace

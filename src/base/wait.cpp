@@ -102,7 +102,7 @@ void Waiter::CheckBinding(Clock::time_point now) {
   const bool bound = cpu >= 0;
   spin_cap_ = bound ? policy_.bound_spin : policy_.spin;
   yield_ = bound ? std::chrono::nanoseconds(0) : policy_.yield;
-  own_cpu_ = policy_.spin_out_on_own_cpu && Marked(cpu);
+  own_cpu_ = policy_.spin_out_on_own_cpu && cpu >= 0 && (cpu == policy_.own_cpu || Marked(cpu));
   spin_ = own_cpu_ ? spin_cap_ : std::min(spin_, spin_cap_);
 }
 

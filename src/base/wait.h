@@ -24,10 +24,11 @@
 //     spins briefly to notice that the peer has a core of its own again.
 //     The exception: a rank whose own thread moves all its data (WaitPolicy::
 //     spin_out_on_own_cpu), on a CPU it has to itself (MarkOwnCpu: bench and demo bind their
-//     ranks so, and Create marks it when every rank of the host is bound to a CPU of its own,
-//     as mpirun --bind-to core binds them), spins the bound cap on every wait. There the spin
-//     delays no one, and an earned spin never grows back from waits longer than itself: ranks whose
-//     waits last tens of microseconds (a 1 MiB call's segments) would sleep on every one of them.
+//     ranks so; Create finds it when every rank of the host is bound to a CPU of its own, as
+//     mpirun --bind-to core binds them: WaitPolicy::own_cpu), spins the bound cap on every wait.
+//     There the spin delays no one, and an earned spin never grows back from waits longer than
+//     itself: ranks whose waits last tens of microseconds (a 1 MiB call's segments) would sleep on
+//     every one of them.
 //   - The clock is read only when a wait has to go on: a call's deadline is fixed by its first
 //     wait that reads the clock (clock_gettime costs 25-60 ns in this VM, as much as a
 //     cache-line hop), and a spin polls kFirstPolls times before its first clock read.
@@ -147,6 +148,10 @@ struct WaitPolicy {
   // rank's progress thread, unbound, needs a CPU too, and two ranks spinning out both CPUs
   // would hold it off.
   bool spin_out_on_own_cpu = false;
+  // The CPU this rank was found to have to itself when its communicator was made (every rank of
+  // its host bound, none other to this CPU: core/meet.h OwnCpu), or -1: spin_out_on_own_cpu
+  // applies on it as on a CPU marked by MarkOwnCpu, for this communicator's waits only.
+  int own_cpu = -1;
 
   // Spin only when every rank has a core of its own (they fit on the CPUs this process may use,
   // or the calling thread is bound to one CPU); yield longer when they share.
@@ -264,7 +269,8 @@ class Waiter {
   WaitPolicy policy_;
   std::chrono::nanoseconds spin_cap_;  // policy_.spin, or policy_.bound_spin while bound
   std::chrono::nanoseconds yield_;     // policy_.yield, or none while bound
-  bool own_cpu_ = false;               // bound to a CPU marked by MarkOwnCpu: spin_ is the cap
+  bool own_cpu_ =
+      false;  // bound to a CPU of its own (MarkOwnCpu, policy.own_cpu): spin_ is the cap
   Clock::time_point binding_checked_until_{};
   std::chrono::nanoseconds spin_;  // earned spin, 0 or in [kProbe, spin_cap_]
   uint32_t unspun_waits_ = 0;

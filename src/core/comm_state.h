@@ -24,9 +24,10 @@ namespace chorus::internal {
 class alignas(64) CommState {
  public:
   // `params`: the transport's calibrated costs (the tuning every rank agreed on), and `cores`
-  // the cores the job's ranks share (0: count this host's), both for the selection.
+  // the cores the job's ranks share (0: count this host's), both for the selection; `own_cpu`
+  // the CPU this rank has to itself (core/meet.h OwnCpu), or -1, for its waits.
   CommState(std::unique_ptr<Transport> transport, TransportKind kind, const CommOptions& options,
-            const model::MachineParams& params, int cores = 0);
+            const model::MachineParams& params, int cores = 0, int own_cpu = -1);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }

@@ -29,7 +29,7 @@ int JobCores(const Transport& t) {
   return UsableCpus() * t.size() / std::max(1, t.ranks_on_host());
 }
 
-WaitPolicy PolicyFor(const Transport& t, TransportKind kind, WaitMode mode) {
+WaitPolicy PolicyFor(const Transport& t, TransportKind kind, WaitMode mode, int own_cpu) {
   if (!t.rings_doorbell()) return WaitPolicy::PollOnly();  // nothing would wake a sleeper
   switch (mode) {
     case WaitMode::kAuto:
@@ -43,17 +43,19 @@ WaitPolicy PolicyFor(const Transport& t, TransportKind kind, WaitMode mode) {
   // Thread and shm ranks move all their data on their own thread; TCP and hybrid ranks have a
   // progress thread that needs a CPU too (base/wait.h).
   policy.spin_out_on_own_cpu = kind == TransportKind::kThread || kind == TransportKind::kShm;
+  policy.own_cpu = own_cpu;
   return policy;
 }
 
 }  // namespace
 
 CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
-                     const CommOptions& options, const model::MachineParams& params, int cores)
+                     const CommOptions& options, const model::MachineParams& params, int cores,
+                     int own_cpu)
     : transport_(std::move(transport)),
       kind_(kind),
       options_(options),
-      waiter_(PolicyFor(*transport_, kind, options.wait), &transport_->beacon()),
+      waiter_(PolicyFor(*transport_, kind, options.wait, own_cpu), &transport_->beacon()),
       selector_({.kind = CollectiveKind::kAllReduce,
                  .transport = kind,
                  .ranks = transport_->size(),

@@ -190,30 +190,6 @@ Result<std::string> ListenAddress(const std::string& listen, bool one_host) {
   return **found;
 }
 
-// The CPU a rank was bound to when it met the others (its "cpu=N" capability), or -1.
-int CpuOf(const internal::MemberRecord& m) {
-  const size_t at = (" " + m.caps).find(" cpu=");
-  return at == std::string::npos ? -1 : std::atoi(m.caps.c_str() + at + 4);
-}
-
-// A rank bound to a CPU that no other rank of its host is bound to, while every rank of the
-// host is bound to one (an unbound rank may run anywhere), has that CPU to itself: its thread
-// and shm waits may spin the whole bound cap (base/wait.h, MarkOwnCpu). So bind chorus launch
-// --bind core, mpirun --bind-to core and srun --cpu-bind=cores, as bench and demo do.
-void MarkCpuIfOwn(const std::vector<internal::MemberRecord>& members,
-                  const internal::MemberRecord& me) {
-  const int mine = CpuOf(me);
-  if (mine < 0) return;
-  int sharing = 0;
-  for (const internal::MemberRecord& m : members) {
-    if (m.host != me.host) continue;
-    const int cpu = CpuOf(m);
-    if (cpu < 0) return;
-    sharing += cpu == mine ? 1 : 0;
-  }
-  if (sharing == 1) internal::MarkOwnCpu(mine);
-}
-
 // The host layout when every host holds the same number (> 1) of ranks; else nullopt.
 std::optional<internal::HostLayout> LayoutOf(const std::vector<internal::MemberRecord>& members,
                                              int rank) {
@@ -376,7 +352,6 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   const std::vector<internal::MemberRecord>& members = meeting->members;
 
   const internal::MemberRecord& me = members[static_cast<size_t>(options.rank)];
-  MarkCpuIfOwn(members, me);
   bool one_host = true;
   bool one_process = true;
   int ranks_on_host = 0;
@@ -449,7 +424,8 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   }
   if (!transport.ok()) return transport.status();
   auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
-                                                     tuning->For(kind), JobCores(members));
+                                                     tuning->For(kind), JobCores(members),
+                                                     internal::OwnCpu(members, options.rank));
   state->HostStore(std::move(server));
   return Communicator(std::move(state));
 }

@@ -304,6 +304,30 @@ bool MemberRecord::Decode(const std::string& text, MemberRecord* out) {
   return true;
 }
 
+int MemberRecord::BoundCpu() const {
+  const std::string words = " " + caps + " ";
+  const size_t at = words.find(" cpu=");
+  if (at == std::string::npos) return -1;
+  int cpu = -1;
+  const char* first = words.data() + at + 5;
+  const auto [end, error] = std::from_chars(first, words.data() + words.size(), cpu);
+  return error == std::errc() && end != first && *end == ' ' && cpu >= 0 ? cpu : -1;
+}
+
+int OwnCpu(const std::vector<MemberRecord>& members, int rank) {
+  const MemberRecord& me = members[static_cast<size_t>(rank)];
+  const int mine = me.BoundCpu();
+  if (mine < 0) return -1;
+  int sharing = 0;
+  for (const MemberRecord& m : members) {
+    if (m.host != me.host) continue;
+    const int cpu = m.BoundCpu();
+    if (cpu < 0) return -1;
+    sharing += cpu == mine ? 1 : 0;
+  }
+  return sharing == 1 ? mine : -1;
+}
+
 std::string NewToken() {
   uint64_t bits[2] = {};
   if (getrandom(bits, sizeof(bits), 0) != sizeof(bits)) {

@@ -46,8 +46,12 @@ struct MemberRecord {
   int cpus = 0;            // CPUs this rank may run on
   // Options every rank must pass alike, as "name=value" words; compared textually.
   std::string settings;
-  // What this rank's machine can do, as words ("aesgcm": AES-256-GCM in hardware); not compared.
+  // What this rank's machine can do, as words ("aesgcm": AES-256-GCM in hardware; "cpu=N": the
+  // one CPU the rank is bound to); not compared.
   std::string caps;
+
+  // The CPU the rank was bound to when it met the others (its "cpu=N" word), or -1.
+  int BoundCpu() const;
 
   std::string Encode() const;
   static bool Decode(const std::string& text, MemberRecord* out);
@@ -75,5 +79,10 @@ Result<Meeting> Meet(Store& store, const MeetRequest& request);
 
 // A fresh random token (hex).
 std::string NewToken();
+
+// The CPU `rank` has to itself, or -1: it is bound to it, no other rank of its host is, and every
+// rank of its host is bound to one CPU (an unbound rank may run anywhere). As mpirun
+// --bind-to core, chorus launch --bind core and srun --cpu-bind=cores bind ranks.
+int OwnCpu(const std::vector<MemberRecord>& members, int rank);
 
 }  // namespace chorus::internal
