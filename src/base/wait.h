@@ -269,8 +269,7 @@ class Waiter {
   WaitPolicy policy_;
   std::chrono::nanoseconds spin_cap_;  // policy_.spin, or policy_.bound_spin while bound
   std::chrono::nanoseconds yield_;     // policy_.yield, or none while bound
-  bool own_cpu_ =
-      false;  // bound to a CPU of its own (MarkOwnCpu, policy.own_cpu): spin_ is the cap
+  bool own_cpu_ = false;  // on a CPU of its own (MarkOwnCpu, policy.own_cpu): spin_ is the cap
   Clock::time_point binding_checked_until_{};
   std::chrono::nanoseconds spin_;  // earned spin, 0 or in [kProbe, spin_cap_]
   uint32_t unspun_waits_ = 0;

@@ -86,6 +86,11 @@ struct Link {
   // has been read. Set under send_mu; a census reads it without (the peer has exited).
   std::atomic<bool> hung_up{false};
   std::string send_error;                // why the last send failed (under send_mu)
+  // Dead, or hung up: the peer has exited, though a hung-up link lives on until its last
+  // messages are read. A census neither asks it nor counts it alive.
+  bool gone() const {
+    return dead.load(std::memory_order_acquire) || hung_up.load(std::memory_order_acquire);
+  }
   uint32_t events = 0;                   // epoll interest; 0 = not registered (progress thread)
 
   // Receive side: whoever holds recv_mu reads the socket; the rank thread reads slots up to

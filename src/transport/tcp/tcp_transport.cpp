@@ -160,9 +160,7 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
   // process accepts in the kernel but never answers).
   auto askable = [&](int peer) {
     const Link& l = link(peer);
-    return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
-           !l.hung_up.load(std::memory_order_acquire) &&
-           (peer > rank_ || l.ready.load(std::memory_order_acquire));
+    return peer != rank_ && !l.gone() && (peer > rank_ || l.ready.load(std::memory_order_acquire));
   };
   for (int peer = 0; peer < size(); ++peer) {
     if (!askable(peer)) continue;
@@ -190,8 +188,7 @@ std::vector<PeerState> TcpTransport::Glance(uint64_t call_index) {
   states[Index(rank_)] = OwnState();
   auto askable = [&](int peer) {
     const Link& l = link(peer);
-    return peer != rank_ && !l.dead.load(std::memory_order_acquire) &&
-           !l.hung_up.load(std::memory_order_acquire) && l.ready.load(std::memory_order_acquire);
+    return peer != rank_ && !l.gone() && l.ready.load(std::memory_order_acquire);
   };
   ReadAnswers(call_index, askable, &states);
   for (int peer = 0; peer < size(); ++peer) {
@@ -208,8 +205,7 @@ void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
     if (peer == rank_) continue;
     Link& l = link(peer);
     PeerState& s = (*states)[Index(peer)];
-    // A peer that hung up has exited, though its link lives on until its last messages are read.
-    if (l.dead.load(std::memory_order_acquire) || l.hung_up.load(std::memory_order_acquire)) {
+    if (l.gone()) {
       s.alive = false;
     } else if (!askable(peer)) {
       s.known = false;
@@ -394,18 +390,15 @@ bool TcpTransport::ServiceLinks() {
       result = FlushLocked(l);
       if (result == Flush::kError) send_error = l.send_error;
     }
-    if (result == Flush::kError && !l.hung_up.load(std::memory_order_relaxed)) {
-      KillLink(peer, send_error);
-      continue;
-    }
     if (result == Flush::kError) {
-      // The peer hung up, perhaps after its last message of a call (it exited): what it sent
-      // is still to be read, and the link dies at the end of it (or stays paused until the
-      // rank has taken its slots). A peer that hung up sends nothing more, so reading ends at
-      // once; if it does not, the send's error kills the link.
-      if (!l.paused.load(std::memory_order_relaxed)) Read(peer);
+      // A peer that hung up, perhaps after its last message of a call (it exited), may have
+      // sent what is still to be read: the link dies at the end of it (or stays paused until
+      // the rank has taken its slots). It sends nothing more, so reading ends at once; if it
+      // does not, or the send failed otherwise, the send's error kills the link.
+      const bool hung_up = l.hung_up.load(std::memory_order_relaxed);
+      if (hung_up && !l.paused.load(std::memory_order_relaxed)) Read(peer);
       if (l.dead.load(std::memory_order_relaxed)) continue;
-      if (!l.paused.load(std::memory_order_relaxed)) {
+      if (!hung_up || !l.paused.load(std::memory_order_relaxed)) {
         KillLink(peer, send_error);
         continue;
       }
