@@ -269,5 +269,56 @@ TEST(Waiter, ThePolicysOwnCpuKeepsTheWholeSpinAsAMarkedOneDoes) {
   }
 }
 
+// A yield that comes back late gave the core to other work for a slice. One such yield ends
+// that wait's yields (it sleeps); the next wait still yields, since one late yield may be a
+// daemon's turn on a quiet machine, and yields are what make ranks that outnumber the cores
+// fast. A second late yield soon after the first shows a busy machine: waits then sleep
+// without yielding. The hook stands in for sched_yield and takes as long as a yield that gave
+// the core away.
+std::atomic<int> late_yields{0};
+std::atomic<bool> came{false};
+void LateYield() {
+  late_yields.fetch_add(1);
+  std::this_thread::sleep_for(2 * Waiter::kLongYield);
+  came.store(true);  // what the wait waits for arrived meanwhile
+}
+
+TEST(Waiter, OneLateYieldLeavesTheYieldsOnAndASecondSoonAfterTurnsThemOff) {
+  // Ranks that outnumber the cores: no spin, yield, then sleep.
+  const WaitPolicy crowded{
+      std::chrono::nanoseconds(0), std::chrono::microseconds(1000), false, true, {}, false};
+  g_yield_for_testing.store(&LateYield);
+  Waiter waiter(crowded);
+  Doorbell bell;
+  auto wait = [&] {
+    came.store(false);
+    // Only a wait that yields is ever met (by the late yield): a deadline ends one that does not.
+    waiter.StartCall(milliseconds(10000));
+    return waiter.Wait([] { return came.load(); }, [] { return false; }, bell);
+  };
+  // Late yields further apart than kSecondLongYieldWithin: every wait yields.
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_EQ(wait(), WaitResult::kReady);
+    EXPECT_EQ(late_yields.load(), i);
+    std::this_thread::sleep_for(Waiter::kSecondLongYieldWithin + milliseconds(20));
+  }
+  // Two in a row: the next wait sleeps at once and is woken by the ring.
+  ASSERT_EQ(wait(), WaitResult::kReady);
+  ASSERT_EQ(wait(), WaitResult::kReady);
+  EXPECT_EQ(late_yields.load(), 5);
+  came.store(false);
+  std::thread ringer([&] {
+    std::this_thread::sleep_for(milliseconds(5));
+    came.store(true);
+    bell.Ring();
+  });
+  waiter.StartCall(milliseconds(60000));
+  EXPECT_EQ(waiter.Wait([] { return came.load(); }, [] { return false; }, bell),
+            WaitResult::kReady);
+  ringer.join();
+  EXPECT_EQ(late_yields.load(), 5);  // no yield: the machine is busy
+  g_yield_for_testing.store(nullptr);
+}
+
 }  // namespace
 }  // namespace chorus::internal

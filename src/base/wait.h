@@ -191,6 +191,9 @@ enum class WaitResult { kReady, kTimedOut, kInterrupted, kLostWakeup };
 // asks whether it was interrupted, so a test can put a peer's last post and exit in that gap
 // every time (shm_test: FinishedPeer). Read once per slow-path pass, never on the ready path.
 inline std::atomic<void (*)()> g_before_interrupt_check{nullptr};
+// Test hook, null outside tests: called in place of each sched_yield of a wait, so that a test
+// can make a yield as long as one that gave the core to other work (wait_test).
+inline std::atomic<void (*)()> g_yield_for_testing{nullptr};
 
 class Waiter {
  public:
@@ -201,9 +204,13 @@ class Waiter {
   // Polls before a spinning wait first reads the clock.
   static constexpr int kFirstPolls = 16;
   // A sched_yield that returns later than this gave the core to other work for a time slice
-  // (a peer rank's step takes far less); then waits skip yielding for kContendedFor.
+  // (a peer rank's step takes far less): that wait sleeps at once. A second one within
+  // kSecondLongYieldWithin shows a busy machine, and waits then skip yielding for
+  // kContendedFor. One alone may be a daemon's turn on a quiet machine, where yields are
+  // what makes ranks that outnumber the cores fast (docs/waiting.md).
   static constexpr std::chrono::microseconds kLongYield{1000};
   static constexpr std::chrono::milliseconds kContendedFor{100};
+  static constexpr std::chrono::milliseconds kSecondLongYieldWithin{100};
   // Sleep slice: conditions nobody rings for (a peer that died) are re-polled this often.
   static constexpr std::chrono::milliseconds kSleepSlice{50};
   // With check_wakeups: how long a ring may trail the change it announces (its sender may be
@@ -277,6 +284,7 @@ class Waiter {
   Deadline deadline_{};
   bool deadline_fixed_ = false;
   Clock::time_point contended_until_{};  // until then the machine is busy: sleep, don't yield
+  Clock::time_point long_yield_until_{};  // a long yield before then makes the machine busy
   Beacon* beacon_;
 };
 
@@ -353,13 +361,19 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
       SpinWasted();
     }
     if (now < yield_end) {
-      YieldCpu();
+      if (auto* yield = g_yield_for_testing.load(std::memory_order_relaxed)) {
+        yield();
+      } else {
+        YieldCpu();
+      }
       // A yield that took long handed the core to other work for its time slice: the machine
-      // is busy, and every further yield would push this rank back in the scheduler's queue
-      // (EEVDF charges a yield a whole slice). Sleep instead: a wake-up starts afresh.
+      // may be busy, and every further yield would push this rank back in the scheduler's
+      // queue (EEVDF charges a yield a whole slice). Sleep instead: a wake-up starts afresh.
       if (policy_.may_sleep && Clock::now() - now > kLongYield) {
         yield_end = now;
-        contended_until_ = now + kContendedFor;
+        // One long yield may be a daemon's turn; a second soon after it is a busy machine.
+        if (now < long_yield_until_) contended_until_ = now + kContendedFor;
+        long_yield_until_ = now + kSecondLongYieldWithin;
       }
     } else {
       // Sleep in slices so that conditions nobody rings for (a dead process) are re-polled.
