@@ -305,33 +305,34 @@ TEST(Waiter, OneLateYieldLeavesTheYieldsOnAndASecondSoonAfterTurnsThemOff) {
       return false;
     };
   };
+  // Ranks that outnumber the cores: no spin, yield for `yield`, then sleep.
+  auto crowded = [](std::chrono::nanoseconds yield) {
+    return WaitPolicy{std::chrono::nanoseconds(0), yield, false, true, {}, false};
+  };
+  auto wait = [&](Waiter& waiter, auto&& interrupted, milliseconds timeout) {
+    came.store(false);
+    waiter.StartCall(timeout);
+    return waiter.Wait([] { return came.load(); }, interrupted, bell);
+  };
   {
     // A late yield ends the wait's yields even when much of its yield phase is left.
-    WaitPolicy long_yields{
-        std::chrono::nanoseconds(0), std::chrono::seconds(1), false, true, {}, false};
-    Waiter waiter(long_yields);
+    Waiter waiter(crowded(std::chrono::seconds(1)));
     late_yield_brings_it.store(false);
-    came.store(false);
-    waiter.StartCall(milliseconds(60000));
-    EXPECT_EQ(waiter.Wait([] { return came.load(); }, arrives_at_ask(2), bell), WaitResult::kReady);
+    EXPECT_EQ(wait(waiter, arrives_at_ask(2), milliseconds(60000)), WaitResult::kReady);
     EXPECT_EQ(late_yields.load(), 1);
     late_yield_brings_it.store(true);
   }
-  // Ranks that outnumber the cores: no spin, yield, then sleep.
-  const WaitPolicy crowded{
-      std::chrono::nanoseconds(0), std::chrono::microseconds(1000), false, true, {}, false};
-  Waiter waiter(crowded);
-  auto wait = [&] {
-    came.store(false);
-    // Only a wait that yields is met (by its late yield): the deadline ends one that does not.
-    waiter.StartCall(milliseconds(10000));
-    return waiter.Wait([] { return came.load(); }, [] { return false; }, bell);
+  Waiter waiter(crowded(std::chrono::microseconds(1000)));
+  // Only a wait that yields is met (by its late yield): the deadline ends one that does not.
+  auto wait_yielding = [&] {
+    return wait(
+        waiter, [] { return false; }, milliseconds(10000));
   };
   // Late yields further apart than kSecondLongYieldWithin: every wait yields. (So they would
   // with one late yield turning the yields off, since that lasts kContendedFor.)
   late_yields.store(0);
   for (int i = 1; i <= 3; ++i) {
-    ASSERT_EQ(wait(), WaitResult::kReady);
+    ASSERT_EQ(wait_yielding(), WaitResult::kReady);
     EXPECT_EQ(late_yields.load(), i);
     std::this_thread::sleep_for(Waiter::kSecondLongYieldWithin + milliseconds(20));
   }
@@ -339,16 +340,14 @@ TEST(Waiter, OneLateYieldLeavesTheYieldsOnAndASecondSoonAfterTurnsThemOff) {
   // few milliseconds, unless this thread was held off the CPU for long).
   int yields = 3;
   do {
-    ASSERT_EQ(wait(), WaitResult::kReady) << "a wait after one late yield did not yield";
+    ASSERT_EQ(wait_yielding(), WaitResult::kReady) << "a wait after one late yield did not yield";
     EXPECT_EQ(late_yields.load(), ++yields);
   } while (late_yield_gap_ns.load() >
                std::chrono::nanoseconds(Waiter::kSecondLongYieldWithin / 2).count() &&
            yields < 10);
   ASSERT_LT(yields, 10);
   // The next wait sleeps at once: the ring wakes it, and no yield came first.
-  came.store(false);
-  waiter.StartCall(milliseconds(60000));
-  EXPECT_EQ(waiter.Wait([] { return came.load(); }, arrives_at_ask(1), bell), WaitResult::kReady);
+  EXPECT_EQ(wait(waiter, arrives_at_ask(1), milliseconds(60000)), WaitResult::kReady);
   EXPECT_EQ(late_yields.load(), yields);
 }
 
