@@ -16,7 +16,14 @@
 # as a training job's data loader or a compile would be. For each repetition, each entry of
 # BUSY (busy loops started before and killed after each run), each NPS and each library in
 # turn (Open MPI, MPICH, chorus thread and shm ranks; TCP with CHORUS_TCP=1), one run times
-# every OPS and COUNTS with at least MIN_TIME [2] seconds of calls per size. Every side reports
+# one collective at one size (each of OPS and COUNTS in turn) with at least MIN_TIME [2]
+# seconds of calls, so that the libraries compared in a cell run within seconds of each other:
+# the development host's speed between its two vCPUs changes every few seconds to minutes
+# (a 2-rank 32-byte call takes 0.23 or 0.55 µs, a 1 MiB shm copy 5-8 times longer), and
+# a ratio between runs minutes apart mixes the two. Before each run (and its busy loops) a
+# probe times a 2-rank 32-byte all-reduce on thread ranks; its median goes into the run's
+# file as "#probe_us,X", and the table pairs each chorus run with the peers' runs of the same
+# repetition and cell, whose probes agree. Every side reports
 # the mean per call beside the median: chorus through `chorus bench --mean`, the MPI peers
 # through scripts/peer_mean.h, which this script force-includes when it builds them (their
 # source stays as it is). run_all.sh is not used there: it cannot lift the peers' ceiling of
@@ -107,37 +114,52 @@ run_under_load() {
     "$peers_dir/mpi_coll_bench.cpp" || die "could not build the MPICH peer"
   local libs="openmpi mpich chorus-thread chorus-shm"
   [ "${CHORUS_TCP:-0}" = 1 ] && libs+=" chorus-tcp"
-  local peer_args=(--counts "$COUNTS" --ops "$OPS" --min-time "$min_time" --max-iters 4000000)
+  local peer_args=(--min-time "$min_time" --max-iters 4000000)
+  local ops counts_list
+  IFS=, read -r -a ops <<< "$OPS"
+  IFS=, read -r -a counts_list <<< "$COUNTS"
   trap 'stop_busy; rm -f "$bin_copy"' EXIT
   echo "compare-peers.sh: REPS=$REPS BUSY=\"$BUSY\" NPS=\"$NPS\" COUNTS=$COUNTS OPS=$OPS" \
     "MIN_TIME=$min_time -> $out_dir" >&2
-  local rep busy np lib cmd name rc
+  local rep busy np op count lib cmd name rc probe
   for rep in $(seq 1 "$REPS"); do
     for busy in $BUSY; do
       for np in $NPS; do
-        for lib in $libs; do
-          case $lib in
-            openmpi)
-              cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np"
-                "$bin_dir/mpi_coll_bench_openmpi" --lib "openmpi@busy$busy" "${peer_args[@]}") ;;
-            mpich)
-              cmd=(mpirun.mpich -np "$np" "$bin_dir/mpi_coll_bench_mpich" --lib "mpich@busy$busy"
-                "${peer_args[@]}") ;;
-            chorus-*)
-              cmd=("$bin_copy" bench --csv --mean --min-seconds "$min_time" -n "$np"
-                --ops "$OPS" --sizes "$sizes" --transport "${lib#chorus-}" --lib "$lib@busy$busy") ;;
-          esac
-          for _ in $(seq 1 "$busy"); do
-            (while :; do :; done) &
-            busy_pids+=($!)
+        for op in "${ops[@]}"; do
+          for count in "${counts_list[@]}"; do
+            for lib in $libs; do
+              case $lib in
+                openmpi)
+                  cmd=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$np"
+                    "$bin_dir/mpi_coll_bench_openmpi" --lib "openmpi@busy$busy"
+                    --ops "$op" --counts "$count" "${peer_args[@]}") ;;
+                mpich)
+                  cmd=(mpirun.mpich -np "$np" "$bin_dir/mpi_coll_bench_mpich"
+                    --lib "mpich@busy$busy" --ops "$op" --counts "$count" "${peer_args[@]}") ;;
+                chorus-*)
+                  cmd=("$bin_copy" bench --csv --mean --min-seconds "$min_time" -n "$np"
+                    --ops "$op" --sizes "$((4 * count))" --transport "${lib#chorus-}"
+                    --lib "$lib@busy$busy") ;;
+              esac
+              name="rep${rep}_busy${busy}_np${np}_${op}_${count}_${lib}"
+              # The host's speed between its two CPUs, just before the run, on a quiet machine:
+              # the median of a 2-rank 32-byte all-reduce on thread ranks.
+              probe=$("$bin_copy" bench --csv -n 2 --ops allreduce --sizes 32 --iters 20000 \
+                --transport thread 2> /dev/null | awk -F, '$1 == "chorus" { print $6 }') || true
+              for _ in $(seq 1 "$busy"); do
+                (while :; do :; done) &
+                busy_pids+=($!)
+              done
+              rc=0
+              {
+                echo "#probe_us,${probe:-nan}"
+                timeout -k 5 "$run_timeout" "${cmd[@]}" 2> "$out_dir/raw/$name.err" || rc=$?
+              } > "$out_dir/raw/$name.csv"
+              stop_busy
+              echo "compare-peers.sh: $name rc=$rc probe=${probe:-?} us" >&2
+              [ $rc -eq 0 ] || tail -3 "$out_dir/raw/$name.err" >&2
+            done
           done
-          name="rep${rep}_busy${busy}_np${np}_${lib}"
-          rc=0
-          timeout -k 5 "$run_timeout" "${cmd[@]}" > "$out_dir/raw/$name.csv" \
-            2> "$out_dir/raw/$name.err" || rc=$?
-          stop_busy
-          echo "compare-peers.sh: $name rc=$rc" >&2
-          [ $rc -eq 0 ] || tail -3 "$out_dir/raw/$name.err" >&2
         done
       done
     done

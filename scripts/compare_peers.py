@@ -25,6 +25,13 @@ MPI peers built with scripts/peer_mean.h). A lib named "name@busyN" ran beside N
 the tables then have a load column and compare like with like, and a second table compares
 the means (each the median over runs of the per-run means) and gives the slowest call seen.
 
+Pairs: each run's rows follow a line "# repN_..." naming the run (N: its repetition) and, from
+compare-peers.sh under load, "#probe_us,X": the host's 2-rank 32-byte all-reduce median just
+before the run. The "paired" columns take, for every repetition, chorus's time over the best
+peer's time of that same repetition and cell, keep the repetitions whose two probes are within
+1.5 times of each other (both runs saw the host at the same speed), and give the median of
+those ratios with how many repetitions it rests on ("0.91 (3/3)").
+
 Ratios from one run are meaningful; absolute figures move ~25 % between runs on this machine.
 """
 
@@ -53,8 +60,12 @@ OTHER_COLORS = ["#17becf", "#bcbd22", "#7f7f7f", "#e377c2"]
 
 # One aggregated (lib, op, ranks, count): times in us, bandwidths in GB/s; mean_us and max_us
 # are None for rows that came without a mean line.
-Cell = collections.namedtuple("Cell", "bytes median_us min_us algbw busbw runs mean_us max_us")
+Cell = collections.namedtuple("Cell",
+                              "bytes median_us min_us algbw busbw runs mean_us max_us reps")
 MEAN_PREFIX = "#mean_us,"
+PROBE_PREFIX = "#probe_us,"
+RUN_PREFIX = "# rep"
+SAME_SPEED = 1.5  # two probes this close saw the host at the same speed
 LOAD_MARK = "@"
 
 
@@ -83,10 +94,23 @@ def read_runs(lines):
     "means": run means, "maxes": run slowest calls} (the last two only from mean lines)."""
     runs = {}
     pending = None  # the mean line just read, for the row that follows it
+    rep, probe = None, None  # of the run whose rows these are
     for line in lines:
         line = line.strip()
         if line.startswith(MEAN_PREFIX):
             pending = parse_mean(line)
+            continue
+        if line.startswith(RUN_PREFIX):
+            digits = line[len(RUN_PREFIX):].split("_")[0]
+            rep, probe = (int(digits) if digits.isdigit() else None), None
+            continue
+        if line.startswith(PROBE_PREFIX):
+            try:
+                probe = float(line[len(PROBE_PREFIX):])
+            except ValueError:
+                probe = None
+            if probe is not None and not probe > 0:
+                probe = None
             continue
         mean, pending = pending, None
         if not line or line.startswith("#") or line.startswith("lib,"):
@@ -102,7 +126,9 @@ def read_runs(lines):
         except ValueError:
             continue
         entry = runs.setdefault(key, {"bytes": size, "meds": [], "mins": [], "means": [],
-                                      "maxes": []})
+                                      "maxes": [], "reps": {}})
+        if rep is not None:
+            entry["reps"][rep] = (median, mean[0] if mean is not None else None, probe)
         entry["meds"].append(median)
         entry["mins"].append(minimum)
         if mean is not None:
@@ -122,7 +148,8 @@ def aggregate(runs):
         mean = statistics.median(entry["means"]) if entry["means"] else None
         slowest = max(entry["maxes"]) if entry["maxes"] else None
         result[key] = Cell(entry["bytes"], median, min(entry["mins"]), algbw,
-                           algbw * bus_factor(op, ranks), len(entry["meds"]), mean, slowest)
+                           algbw * bus_factor(op, ranks), len(entry["meds"]), mean, slowest,
+                           entry["reps"])
     return result
 
 
@@ -185,10 +212,46 @@ def build_rows(agg):
             for transport in TRANSPORTS:
                 row[stat + transport + "/best"] = ratio(row[stat + transport], row[stat + "best"])
             row[stat + "tcp/gloo"] = ratio(row[stat + "tcp"], row[stat + "gloo"])
+            peer_cells = [value for lib, value in cell.items() if not is_chorus(lib)]
+            for transport in TRANSPORTS:
+                row[stat + transport + "/paired"] = paired_ratio(
+                    cell.get(CHORUS_PREFIX + transport + suffix), peer_cells,
+                    0 if stat == "" else 1)
         slowest = {lib: value.max_us for lib, value in cell.items() if value.max_us is not None}
         row["slowest"] = slowest
         rows.append(row)
     return rows, suffix
+
+
+def paired_ratio(chorus, peers, index):
+    """(median ratio, repetitions used, repetitions with both sides) of chorus's time over the
+    best peer's in the same repetition (index 0: medians, 1: means), counting a repetition only
+    when the two runs' probes agree; None when no repetition has both sides."""
+    if chorus is None:
+        return None
+    ratios, both = [], 0
+    for rep, ours in chorus.reps.items():
+        theirs = [(cell.reps[rep][index], cell.reps[rep][2]) for cell in peers
+                  if rep in cell.reps and cell.reps[rep][index] is not None]
+        if ours[index] is None or not theirs:
+            continue
+        both += 1
+        best, best_probe = min(theirs)
+        probes = [p for p in (ours[2], best_probe) if p is not None]
+        if len(probes) == 2 and max(probes) > SAME_SPEED * min(probes):
+            continue
+        if best > 0:
+            ratios.append(ours[index] / best)
+    if not both:
+        return None
+    return (statistics.median(ratios) if ratios else None, len(ratios), both)
+
+
+def format_paired(value):
+    if value is None:
+        return "-"
+    median, used, both = value
+    return ("-" if median is None else f"{median:.2f}") + f" ({used}/{both})"
 
 
 def ratio(num, den):
@@ -220,6 +283,8 @@ def markdown_table(rows, suffix, max_runs):
     loads = any(row["load"] for row in rows)
     means = any(row["mean:best"] is not None or any(row["mean:" + t] is not None
                                                     for t in TRANSPORTS) for row in rows)
+    # Paired columns only where runs named their repetitions and had peers beside them.
+    paired = [t for t in TRANSPORTS if any(row[t + "/paired"] is not None for row in rows)]
     lines = []
     for stat, title in (("", "per-run median time per call"), ("mean:", "per-run mean time per "
                                                                  "call")):
@@ -232,8 +297,10 @@ def markdown_table(rows, suffix, max_runs):
             "< 1 means chorus is faster. chorus columns: " + mode + "; peers: their faster mode.",
             "",
             ("| load " if loads else "") + "| op | p | size | chorus thread | chorus shm "
-            "| chorus tcp | best peer (name) | thread/best | shm/best | tcp/best | tcp/gloo |",
-            ("|---" if loads else "") + "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+            "| chorus tcp | best peer (name) | thread/best | shm/best | tcp/best | tcp/gloo "
+            + "".join(f"| {t} paired " for t in paired) + "|",
+            ("|---" if loads else "") + "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:"
+            + "|---:" * len(paired) + "|",
         ]
         for row in rows:
             best = ("-" if row[stat + "best"] is None
@@ -244,6 +311,7 @@ def markdown_table(rows, suffix, max_runs):
             cells.append(best)
             cells += [format_ratio(row[stat + t + "/best"]) for t in TRANSPORTS]
             cells.append(format_ratio(row[stat + "tcp/gloo"]))
+            cells += [format_paired(row[stat + t + "/paired"]) for t in paired]
             lines.append("| " + " | ".join(cells) + " |")
     if means:
         lines += ["", "The slowest call of any run, in µs:", ""]
