@@ -70,6 +70,8 @@
 # full matrix is ~14 minutes with its five sizes and extras) and ~5 for chorus, whose 12
 # (rep, mode, ranks) cells cost ~20-30 s each, most of it tcp at 64 MiB. The smoke test above
 # takes ~20 s plus the peers' build (~1 minute, skipped with SKIP_BUILD=1).
+# Under load, a run per library, collective, size, rank count and load: REPS=3 BUSY="0 1 2"
+# NPS="2 4" COUNTS=8,262144 OPS=allreduce,reduce_scatter,allgather is 432 runs, ~43 minutes.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
