@@ -100,9 +100,9 @@ def read_runs(lines):
         if line.startswith(MEAN_PREFIX):
             pending = parse_mean(line)
             continue
-        if line.startswith(RUN_PREFIX):
+        if line.startswith(RUN_PREFIX):  # a new run: nothing before it belongs to its rows
             digits = line[len(RUN_PREFIX):].split("_")[0]
-            rep, probe = (int(digits) if digits.isdigit() else None), None
+            rep, probe, pending = (int(digits) if digits.isdigit() else None), None, None
             continue
         if line.startswith(PROBE_PREFIX):
             try:
@@ -236,7 +236,7 @@ def paired_ratio(chorus, peers, index):
         if ours[index] is None or not theirs:
             continue
         both += 1
-        best, best_probe = min(theirs)
+        best, best_probe = min(theirs, key=lambda t: t[0])
         probes = [p for p in (ours[2], best_probe) if p is not None]
         if len(probes) == 2 and max(probes) > SAME_SPEED * min(probes):
             continue
