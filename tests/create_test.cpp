@@ -112,6 +112,7 @@ class ScopedEnv {
                                          "CHORUS_JOB_ID",
                                          "CHORUS_HOST_ID",
                                          "CHORUS_WAIT",
+                                         "CHORUS_SLOT_STORES",
                                          "CHORUS_TUNING_FILE",
                                          "CHORUS_WORLD_SIZE",
                                          "CHORUS_STORE",
@@ -284,6 +285,17 @@ TEST(Environment, ErrorsNameTheVariable) {
   EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
               HasSubstr("CHORUS_WAIT=\"nap\" is not one of auto, sleep, sleep-checked"));
   env.Set("CHORUS_WAIT", "sleep");
+  env.Set("CHORUS_SLOT_STORES", "fast");
+  EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
+              HasSubstr("CHORUS_SLOT_STORES=\"fast\" is not one of auto, cached, stream"));
+  env.Set("CHORUS_SLOT_STORES", "stream");
+  {
+    const auto options = CommOptionsFromEnvironment();
+    ASSERT_TRUE(options.ok()) << options.status().ToString();
+    EXPECT_EQ(options->slot_stores, SlotStores::kStream);
+    EXPECT_EQ(options->wait, WaitMode::kSleep);
+  }
+  unsetenv("CHORUS_SLOT_STORES");
   env.Set("CHORUS_TUNING_FILE", "/no/such/tuning.conf");
   EXPECT_THAT(CommOptionsFromEnvironment().status().message(),
               HasSubstr("CHORUS_TUNING_FILE=\"/no/such/tuning.conf\": no such file"));

@@ -588,5 +588,13 @@ TEST(BadOptions, AnUnknownWaitModeIsRefused) {
   EXPECT_THAT(local.status().message(), HasSubstr("options.wait (9) is not a chorus::WaitMode"));
 }
 
+TEST(BadOptions, UnknownSlotStoresAreRefused) {
+  const auto local = CreateLocalGroup(2, {.slot_stores = static_cast<SlotStores>(7)});
+  EXPECT_EQ(local.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(local.status().message(),
+              HasSubstr("options.slot_stores (7) is not a chorus::SlotStores"));
+  EXPECT_TRUE(CreateLocalGroup(2, {.slot_stores = SlotStores::kStream}).ok());
+}
+
 }  // namespace
 }  // namespace chorus

@@ -54,6 +54,7 @@ CommOptions ShmOptions(int rank, int size, const std::string& store_url) {
   o.transport = TransportKind::kShm;
   o.timeout = std::chrono::seconds(60);
   o.wait = testing::TestWaitMode();
+  o.slot_stores = testing::TestSlotStores();
   return o;
 }
 

@@ -48,6 +48,7 @@ CommOptions TcpOptions(int rank, int size, const std::string& store_url) {
   o.secret = kSecret;
   o.timeout = std::chrono::seconds(60);
   o.wait = testing::TestWaitMode();
+  o.slot_stores = testing::TestSlotStores();
   return o;
 }
 

@@ -45,6 +45,20 @@ std::string_view TransportKindName(TransportKind kind);
 enum class WaitMode : uint8_t { kAuto, kSleep, kSleepChecked };
 std::string_view WaitModeName(WaitMode mode);  // "auto", "sleep", "sleep-checked"
 
+// The stores with which a rank copies a large message (32 KiB and more) into a staging slot that
+// a peer on this host reads (shm and hybrid ranks).
+//   kAuto    time the copies and stream while ordinary stores cost more than twice what
+//            non-temporal ones do: that happens when the reading core's cache is far (on this
+//            project's VM, whose two vCPUs stop sharing a cache for seconds at a time, a 2-rank
+//            1 MiB reduce-scatter on shm ranks took 240 us with ordinary stores, 47 streamed,
+//            and 31 with ordinary stores while they share one)
+//   kCached  ordinary stores always: the reader finds the message in a cache they share
+//   kStream  non-temporal stores always: the message goes to memory, the reader's copies of
+//            those lines are dropped without a round trip to its core
+// CHORUS_SLOT_STORES=auto|cached|stream in the environment.
+enum class SlotStores : uint8_t { kAuto, kCached, kStream };
+std::string_view SlotStoresName(SlotStores stores);  // "auto", "cached", "stream"
+
 // What protects the frames between TCP ranks once a connection has proved the job's secret.
 //   kAuthenticate  nothing more: a party on the path can read and change payloads (headers are
 //                  checked, not protected)
@@ -74,6 +88,7 @@ struct CommOptions {
   // (`chorus bench --list-algos` prints it). A name no collective has is refused at Create.
   std::string algorithm;
   WaitMode wait = WaitMode::kAuto;
+  SlotStores slot_stores = SlotStores::kAuto;
   // The machine parameters the selection's cost model uses: a file `chorus tune` wrote, or
   // empty for the built-in defaults. A named file must exist and parse. Under Create every rank
   // uses rank 0's, so that all pick the same algorithms. LocalOptionsFromEnvironment fills it

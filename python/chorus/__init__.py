@@ -63,7 +63,7 @@ def init(**options: Any) -> Communicator:
     chorus::CommOptionsFromEnvironment reads it: ``chorus launch`` (CHORUS_RANK, ...),
     torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun (Open MPI and MPICH) and
     Slurm. Keyword options override it: timeout (seconds), transport ("auto", "thread", "shm",
-    "tcp"), algorithm, segment_bytes, pipeline_depth, wait, wire, rank, size, store (a
+    "tcp"), algorithm, segment_bytes, pipeline_depth, wait, slot_stores, wire, rank, size, store (a
     :class:`Store`), store_url, host_store, name, job_id, secret, listen, host_id, shm_dir,
     tuning_file. Blocks until every rank has joined (or the timeout passes)."""
     return _chorus.init(**options)
@@ -72,7 +72,7 @@ def init(**options: Any) -> Communicator:
 def create_local_group(n: int, **options: Any) -> List[Communicator]:
     """``n`` ranks as threads of this process: element r is rank r. Drive each from its own
     thread (see :func:`local_group`). Options as for :func:`init`; the environment's
-    CHORUS_TIMEOUT_MS, CHORUS_ALGO, CHORUS_WAIT and tuning file apply."""
+    CHORUS_TIMEOUT_MS, CHORUS_ALGO, CHORUS_WAIT, CHORUS_SLOT_STORES and tuning file apply."""
     return _chorus.create_local_group(n, **options)
 
 

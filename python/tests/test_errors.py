@@ -142,6 +142,9 @@ def test_bad_options_and_closed_communicators():
            lambda: chorus.create_local_group(2, algorithm="bogus"))
     expect(chorus.InvalidArgumentError, "transport (\"carrier-pigeon\") is not one of",
            lambda: chorus.create_local_group(2, transport="carrier-pigeon"))
+    expect(chorus.InvalidArgumentError, "slot_stores (\"fast\") is not one of: auto, cached, stream",
+           lambda: chorus.create_local_group(2, slot_stores="fast"))
+    assert len(chorus.create_local_group(2, slot_stores="stream")) == 2
     with pytest.raises(TypeError, match="unexpected option 'colour'"):
         chorus.create_local_group(2, colour="red")
     (comm,) = chorus.create_local_group(1)

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <span>
 
+#include "base/slot_writer.h"
 #include "base/wait.h"
 #include "chorus/communicator.h"
 #include "reduce/reduce.h"
@@ -50,6 +51,8 @@ struct CallContext {
   const void** operands = nullptr;  // room for one pointer per rank
   Message* messages = nullptr;      // room for one message per rank
   Traffic* traffic = nullptr;       // counters of this call's kind
+  // The rank's choice of stores for copies into staging slots; null: ordinary stores.
+  SlotWriter* slot_writer = nullptr;
 };
 
 // Per-peer operations with waiting, checking and counting; the building block of every
@@ -114,6 +117,13 @@ class Channel {
   Transport& transport() const { return t_; }
   // Copies into the caller's output buffer (streamed for large calls).
   void CopyOut(void* dst, const void* src, size_t bytes) const;
+  // Copies a message into a staging slot a peer reads next (ctx().slot_writer's stores).
+  void CopyIn(void* slot, const void* src, size_t bytes) const;
+  // True when CopyIn would stream `bytes` now: a result bound for a slot is then better
+  // written to the rank's own buffer and copied in.
+  bool StreamsIn(size_t bytes) const {
+    return ctx_.slot_writer != nullptr && ctx_.slot_writer->Streams(bytes);
+  }
 
  private:
   // Waits until ready(), the group fails, a rank rejects this call, `peer` dies or the

@@ -85,6 +85,7 @@ class alignas(64) CommState {
   TransportKind kind_;
   CommOptions options_;
   Waiter waiter_;
+  SlotWriter slot_writer_;
   Selector selector_;
   Status sticky_;
   // Working memory of the algorithms, allocated once: one segment for reducing in place, and

@@ -47,6 +47,18 @@ WaitPolicy PolicyFor(const Transport& t, TransportKind kind, WaitMode mode, int 
   return policy;
 }
 
+SlotWriter MakeSlotWriter(SlotStores stores) {
+  switch (stores) {
+    case SlotStores::kCached:
+      return SlotWriter(StoreChoice::kCached);
+    case SlotStores::kStream:
+      return SlotWriter(StoreChoice::kStream);
+    case SlotStores::kAuto:
+      break;
+  }
+  return SlotWriter();
+}
+
 }  // namespace
 
 CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
@@ -56,6 +68,7 @@ CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
       kind_(kind),
       options_(options),
       waiter_(PolicyFor(*transport_, kind, options.wait, own_cpu), &transport_->beacon()),
+      slot_writer_(MakeSlotWriter(options.slot_stores)),
       selector_({.kind = CollectiveKind::kAllReduce,
                  .transport = kind,
                  .ranks = transport_->size(),
@@ -264,6 +277,7 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
   ctx.elem_size = elem;
   ctx.segment_elems = segment_bytes / elem;
   ctx.waiter = &waiter_;
+  ctx.slot_writer = &slot_writer_;
   ctx.traffic = &traffic_.by_kind[static_cast<int>(kind)];
   ctx.scratch = scratch_;
   ctx.operands = operands_;

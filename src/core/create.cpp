@@ -240,6 +240,18 @@ std::string_view WireModeName(WireMode mode) {
   return "unknown";
 }
 
+std::string_view SlotStoresName(SlotStores stores) {
+  switch (stores) {
+    case SlotStores::kAuto:
+      return "auto";
+    case SlotStores::kCached:
+      return "cached";
+    case SlotStores::kStream:
+      return "stream";
+  }
+  return "unknown";
+}
+
 std::string_view WaitModeName(WaitMode mode) {
   switch (mode) {
     case WaitMode::kAuto:

@@ -167,6 +167,19 @@ Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base) {
                              "\" is not one of auto, sleep, sleep-checked");
     }
   }
+  if (auto stores = Var("CHORUS_SLOT_STORES"); stores && base.slot_stores == SlotStores::kAuto) {
+    bool known = false;
+    for (SlotStores s : {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStream}) {
+      if (*stores == SlotStoresName(s)) {
+        base.slot_stores = s;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("environment: CHORUS_SLOT_STORES=\"" + *stores +
+                             "\" is not one of auto, cached, stream");
+    }
+  }
   if (base.tuning_file.empty()) {
     auto file = internal::TuningFileFromEnvironment();
     if (!file.ok()) return file.status();

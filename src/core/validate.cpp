@@ -331,6 +331,12 @@ Status ValidateCommOptions(const CommOptions& options, int size, const char* op)
                            std::to_string(static_cast<int>(options.wait)) +
                            ") is not a chorus::WaitMode");
   }
+  if (options.slot_stores != SlotStores::kAuto && options.slot_stores != SlotStores::kCached &&
+      options.slot_stores != SlotStores::kStream) {
+    return InvalidArgument(prefix + "options.slot_stores (" +
+                           std::to_string(static_cast<int>(options.slot_stores)) +
+                           ") is not a chorus::SlotStores");
+  }
   if (options.wire != WireMode::kAuthenticate && options.wire != WireMode::kIntegrity &&
       options.wire != WireMode::kEncrypt) {
     return InvalidArgument(prefix + "options.wire (" +

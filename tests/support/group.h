@@ -30,6 +30,17 @@ inline WaitMode TestWaitMode() {
   std::abort();  // a typo in the test set-up must not pass as the default
 }
 
+// CommOptions::slot_stores from CHORUS_SLOT_STORES (tests/CMakeLists.txt runs the shm and hybrid
+// matrices' large cases once more with "stream", the stores a slow cross-core phase picks).
+inline SlotStores TestSlotStores() {
+  const char* stores = std::getenv("CHORUS_SLOT_STORES");
+  if (stores == nullptr) return SlotStores::kAuto;
+  for (SlotStores s : {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStream}) {
+    if (SlotStoresName(s) == stores) return s;
+  }
+  std::abort();
+}
+
 inline constexpr char kTestSecret[] = "chorus-test-secret";
 
 // How many times longer a test's short deadlines must be in a sanitized build: TSan code runs
