@@ -20,7 +20,8 @@ TEST_P(CollectiveMatrix, ExactResults) {
   const MatrixGroupParam m = GetParam();
   auto group = CreateLocalGroup(m.ranks, {.timeout = std::chrono::seconds(60),
                                           .segment_bytes = testing::MatrixSegmentBytes(),
-                                          .wait = testing::TestWaitMode()});
+                                          .wait = testing::TestWaitMode(),
+                                          .slot_stores = testing::TestSlotStores()});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<std::vector<std::string>> errors(static_cast<size_t>(m.ranks));
   testing::RunRanks(*group, [&](Communicator& comm) {

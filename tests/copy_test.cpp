@@ -20,10 +20,10 @@ uint8_t* OnALine(uint8_t* p) {
   return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64;
 }
 
-void ExpectExactCopies(Copy copy, const std::string& name) {
+void ExpectExactCopies(Copy copy, const std::string& name,
+                       std::vector<size_t> sizes = {0, 1, 15, 63, 64, 65, 255, 256, 257, 2047,
+                                                    2048, 2049, 4099, 65536, 100003}) {
   constexpr size_t kGuard = 128;
-  const size_t sizes[] = {0,    1,    15,   63,   64,   65,   255,  256,
-                          257,  2047, 2048, 2049, 4099, 65536, 100003};
   for (size_t bytes : sizes) {
     for (size_t src_offset : {size_t{0}, size_t{1}, size_t{4}, size_t{17}, size_t{63}}) {
       for (size_t dst_offset : {size_t{0}, size_t{3}, size_t{8}, size_t{32}, size_t{60}}) {
@@ -61,17 +61,47 @@ SlotWriter g_cached_writer(StoreChoice::kCached);
 SlotWriter g_stream_writer(StoreChoice::kStream);
 
 TEST(Copies, SlotWritersAreExact) {
-  ExpectExactCopies([](void* d, const void* s, size_t n) { g_auto_writer.Copy(d, s, n); },
-                    "SlotWriter (auto)");
+  // The small sizes, and around the size from which a writer may stream.
+  std::vector<size_t> sizes = {0, 1, 63, 65, 4099, 100003};
+  for (size_t bytes : {SlotWriter::kMinBytes - 1, SlotWriter::kMinBytes,
+                       SlotWriter::kMinBytes + 77}) {
+    sizes.push_back(bytes);
+  }
+  for (int round = 0; round < 2; ++round) {  // the timed writer's clock is read every 4th write
+    ExpectExactCopies([](void* d, const void* s, size_t n) { g_auto_writer.Copy(d, s, n); },
+                      "SlotWriter (auto)", sizes);
+  }
   ExpectExactCopies([](void* d, const void* s, size_t n) { g_cached_writer.Copy(d, s, n); },
-                    "SlotWriter (cached)");
+                    "SlotWriter (cached)", sizes);
   ExpectExactCopies([](void* d, const void* s, size_t n) { g_stream_writer.Copy(d, s, n); },
-                    "SlotWriter (stream)");
+                    "SlotWriter (stream)", sizes);
 }
 
-TEST(Copies, FixedSlotWritersStreamOnlyLargeCopiesAndOnlyWhenAskedTo) {
-  EXPECT_TRUE(g_stream_writer.Streams(SlotWriter::kTimedBytes));
-  EXPECT_FALSE(g_stream_writer.Streams(SlotWriter::kTimedBytes - 1));
+TEST(Copies, ProducedBlocksAreExact) {
+  // A block a kernel writes, at an offset within a line, in both stores.
+  for (SlotWriter* writer : {&g_cached_writer, &g_stream_writer, &g_auto_writer}) {
+    for (size_t offset : {size_t{0}, size_t{4}, size_t{60}}) {
+      std::vector<uint8_t> out(SlotWriter::kBlockBytes + 128, 0xA5);
+      uint8_t* at = OnALine(out.data()) + offset;
+      const size_t bytes = SlotWriter::kBlockBytes - 8;
+      writer->Produce(at, bytes, [&](void* dst) {
+        auto* d = static_cast<uint8_t*>(dst);
+        for (size_t i = 0; i < bytes; ++i) d[i] = static_cast<uint8_t>(i * 7 + 1);
+      });
+      size_t wrong = 0;
+      for (size_t i = 0; i < bytes; ++i) wrong += at[i] != static_cast<uint8_t>(i * 7 + 1);
+      EXPECT_EQ(wrong, 0u) << "offset " << offset;
+      EXPECT_EQ(at[bytes], 0xA5) << "offset " << offset;
+      if (offset > 0) {
+        EXPECT_EQ(at[-1], 0xA5) << "offset " << offset;
+      }
+    }
+  }
+}
+
+TEST(Copies, FixedSlotWritersStreamOnlyLargeMessagesAndOnlyWhenAskedTo) {
+  EXPECT_TRUE(g_stream_writer.Streams(SlotWriter::kMinBytes));
+  EXPECT_FALSE(g_stream_writer.Streams(SlotWriter::kMinBytes - 1));
   EXPECT_FALSE(g_cached_writer.Streams(size_t{1} << 30));
 }
 

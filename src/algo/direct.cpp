@@ -16,7 +16,7 @@ Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t co
 }  // namespace
 
 // Works block by block so the partial result stays in L1 between operands.
-Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
+Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n, bool peers_read_out) {
   constexpr size_t kBlockBytes = 32 << 10;
   const CallContext& ctx = ch.ctx();
   const int p = ch.transport().size();
@@ -34,18 +34,28 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n) {
     CHORUS_RETURN_IF_ERROR(ch.Await(q, n, &ctx.messages[q]));
     x[q] = ctx.messages[q].data;
   }
+  static_assert(kBlockBytes <= SlotWriter::kBlockBytes);
+  const bool large_out = peers_read_out && ctx.slot_writer != nullptr &&
+                         n * ctx.elem_size >= SlotWriter::kMinBytes;
   const size_t block = std::max<size_t>(1, kBlockBytes / ctx.elem_size);
   for (size_t begin = 0; begin < n; begin += block) {
     const size_t len = std::min(block, n - begin);
     auto at = [&](const void* base) { return Advance(base, begin, ctx.elem_size); };
-    void* acc = Advance(out, begin, ctx.elem_size);
-    for (int q = 1; q < p; ++q) {
-      const void* lhs = q == 1 ? at(x[0]) : acc;
-      if (q == p - 1) {
-        ctx.kernel->finish(acc, lhs, at(x[q]), len, p);
-      } else {
-        ctx.kernel->combine(acc, lhs, at(x[q]), len);
+    auto reduce_into = [&](void* acc) {
+      for (int q = 1; q < p; ++q) {
+        const void* lhs = q == 1 ? at(x[0]) : acc;
+        if (q == p - 1) {
+          ctx.kernel->finish(acc, lhs, at(x[q]), len, p);
+        } else {
+          ctx.kernel->combine(acc, lhs, at(x[q]), len);
+        }
       }
+    };
+    void* acc = Advance(out, begin, ctx.elem_size);
+    if (large_out) {
+      ctx.slot_writer->Produce(acc, len * ctx.elem_size, reduce_into);
+    } else {
+      reduce_into(acc);
     }
   }
   for (int q = 0; q < p; ++q) {
@@ -76,8 +86,9 @@ Status OneShotAllReduce(const CallContext& ctx, const void* send, void* recv, si
 namespace {
 
 // Rank r sends chunk q of `send` to each rank q and reduces chunk r of every input into
-// `out` (which holds just chunk r).
-Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, void* out) {
+// `out` (which holds just chunk r); `peers_read_out` when the peers read `out` next.
+Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, void* out,
+                          bool peers_read_out) {
   const CallContext& ctx = ch.ctx();
   const int p = ch.transport().size();
   const int r = ch.transport().rank();
@@ -93,7 +104,8 @@ Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, 
     const size_t within = part.SegmentOffset(r, seg) - part.Offset(r);
     CHORUS_RETURN_IF_ERROR(ReduceInRankOrder(
         ch, Advance(out, within, ctx.elem_size),
-        Advance(send, part.SegmentOffset(r, seg), ctx.elem_size), part.SegmentSize(r, seg)));
+        Advance(send, part.SegmentOffset(r, seg), ctx.elem_size), part.SegmentSize(r, seg),
+        peers_read_out));
   }
   return Status::Ok();
 }
@@ -129,7 +141,8 @@ Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv,
   if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
   Channel ch(ctx);
   CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(
-      ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv));
+      ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv,
+      /*peers_read_out=*/false));
   return ch.FlushReferenced();
 }
 
@@ -157,7 +170,7 @@ Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, siz
   const Partition part(count, ctx.transport->size(), ctx.segment_elems);
   void* mine = Advance(recv, part.Offset(ctx.transport->rank()), ctx.elem_size);
   Channel ch(ctx);
-  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine));
+  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine, /*peers_read_out=*/true));
   CHORUS_RETURN_IF_ERROR(AllGatherPhase(ch, part, mine, recv));
   return ch.FlushReferenced();
 }

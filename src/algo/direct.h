@@ -40,7 +40,9 @@ Status EmptyCall(const CallContext& ctx);
 
 // out = x_0 (+) x_1 (+) ... (+) x_{p-1}, combined in rank order so that every rank gets the
 // same bits; x_r is `mine` (which may be `out`), x_q the next message of n elements from rank
-// q. The last step finishes (avg).
-Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n);
+// q. The last step finishes (avg). `peers_read_out`: peers read `out` next (an all-reduce's
+// chunk), so it is written with the stores ctx.slot_writer picks (base/slot_writer.h).
+Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n,
+                         bool peers_read_out = false);
 
 }  // namespace chorus::internal

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 
-#include "base/stream_copy.h"
-
 namespace chorus::internal {
 
 namespace {
@@ -35,22 +33,25 @@ void StoreChoice::Note(Mode mode, double ns_per_kib) {
   if (chosen_ == kStream && ratio < kCachedBelow) chosen_ = kCached;
 }
 
+SlotWriter::SlotWriter() : block_(std::make_unique<Line[]>(kBlockBytes / sizeof(Line))) {}
+
+SlotWriter::SlotWriter(StoreChoice::Mode mode)
+    : fixed_(true),
+      fixed_mode_(mode),
+      block_(std::make_unique<Line[]>(kBlockBytes / sizeof(Line))) {}
+
 void SlotWriter::Copy(void* slot, const void* src, size_t bytes) {
-  if (bytes < kTimedBytes || fixed_) {
-    if (Streams(bytes)) {
+  Timed(bytes, bytes >= kMinBytes, [&](StoreChoice::Mode mode) {
+    if (mode == StoreChoice::kStream) {
       StreamCopy(slot, src, bytes);
     } else {
       CopyBytes(slot, src, bytes);
     }
-    return;
-  }
-  const StoreChoice::Clock::time_point start = StoreChoice::Clock::now();
-  const StoreChoice::Mode mode = choice_.Next(start);
-  if (mode == StoreChoice::kStream) {
-    StreamCopy(slot, src, bytes);
-  } else {
-    CopyBytes(slot, src, bytes);
-  }
+  });
+}
+
+void SlotWriter::Note(StoreChoice::Mode mode, StoreChoice::Clock::time_point start,
+                      size_t bytes) {
   const double ns =
       std::chrono::duration<double, std::nano>(StoreChoice::Clock::now() - start).count();
   choice_.Note(mode, ns * 1024 / static_cast<double>(bytes));

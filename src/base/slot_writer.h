@@ -1,5 +1,6 @@
-// Copies into staging slots that another core reads next, with ordinary stores or with
-// non-temporal ones, whichever has lately cost less.
+// Writes of large messages that another core reads next (into staging slots, or a direct
+// all-reduce's chunk), with ordinary stores or with non-temporal ones, whichever has lately
+// cost less.
 //
 // An ordinary store to a line that the reading core holds (it read the slot's last message)
 // first takes the line back from that core's cache. When the two cores share a cache that
@@ -12,16 +13,19 @@
 // both phases, and the reader then reads from memory, which in the fast phase makes the
 // whole call twice as slow (66 us against 31) and in the slow one five times faster (47 us).
 //
-// So the writer times its large copies and streams while ordinary stores cost more than twice
-// what streaming does; every 100 ms it copies one message the other way, to notice the phase
+// So the writer times its large writes and streams while ordinary stores cost more than twice
+// what streaming does; every 100 ms it writes one message the other way, to notice the phase
 // turn. Only the sender decides (the reader reads the slot the same way), so ranks need not
-// agree. docs/waiting.md, "The host's two speeds", has the measurements.
+// agree. docs/waiting.md, "Stores into a slot", has the measurements.
 //
 // Thread safety: one per rank, used by that rank's calls only.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
+
+#include "base/stream_copy.h"
 
 namespace chorus::internal {
 
@@ -51,28 +55,76 @@ class StoreChoice {
 
 class SlotWriter {
  public:
-  SlotWriter() = default;
-  // Always `mode`, untimed (CommOptions::slot_stores other than kAuto).
-  explicit SlotWriter(StoreChoice::Mode mode) : fixed_(true), fixed_mode_(mode) {}
+  // Smaller messages use ordinary stores, untimed. Below it the sender's cost does not tell the
+  // phases apart: a 32 KiB message costs the sender 150-190 ns per KiB with ordinary stores
+  // even while the cores share a cache (its lines are still in the reader's), and 45-58
+  // streamed, yet the call is faster with ordinary stores, the reader finding the message in the
+  // shared cache (2-rank 64 KiB all-gather on shm: 5.4 us, streamed 5.7).
+  static constexpr size_t kMinBytes = size_t{256} << 10;
+  // Produce() writes at most this much at once, a block of a result of kMinBytes or more.
+  static constexpr size_t kBlockBytes = size_t{32} << 10;
+  // One large write in this many reads the clock (and may probe the other mode): the clock
+  // costs about 25 ns, a few percent of a 32 KiB block.
+  static constexpr unsigned kTimeEvery = 4;
 
-  // Smaller copies are not timed (the clock would cost a tenth of one) and use ordinary stores.
-  static constexpr size_t kTimedBytes = size_t{32} << 10;
+  SlotWriter();
+  // Always `mode`, untimed (CommOptions::slot_stores other than kAuto).
+  explicit SlotWriter(StoreChoice::Mode mode);
 
   // memcpy(slot, src, bytes), with the stores the choice picks; the stores are complete (fenced)
   // on return, so the release store that posts the message is ordered after them.
   void Copy(void* slot, const void* src, size_t bytes);
-  // True when a copy of `bytes` would now stream: a kernel that would write its result straight
-  // into a slot writes it to its own buffer and Copy()s it instead.
-  bool Streams(size_t bytes) const {
-    return bytes >= kTimedBytes &&
-           (fixed_ ? fixed_mode_ : choice_.chosen()) == StoreChoice::kStream;
+  // Writes `bytes` (at most kBlockBytes) of a result of kMinBytes or more that a peer reads next
+  // to `out`: `write(dst)` produces them at dst, which is `out` itself with ordinary stores, or
+  // the writer's own block, then streamed to `out`. Fenced as Copy is.
+  template <typename Write>
+  void Produce(void* out, size_t bytes, Write&& write) {
+    const auto run = [&](StoreChoice::Mode mode) {
+      if (mode == StoreChoice::kStream) {
+        write(static_cast<void*>(block_.get()));
+        StreamCopy(out, block_.get(), bytes);
+      } else {
+        write(out);
+      }
+    };
+    Timed(bytes, /*large=*/true, run);
   }
+  // True when a write of `bytes` would now stream: a kernel that would write its result
+  // straight into a slot writes it to its own buffer and Copy()s it instead.
+  bool Streams(size_t bytes) const { return bytes >= kMinBytes && Streaming(); }
   const StoreChoice& choice() const { return choice_; }
 
  private:
+  struct alignas(64) Line {
+    unsigned char bytes[64];
+  };
+  bool Streaming() const {
+    return (fixed_ ? fixed_mode_ : choice_.chosen()) == StoreChoice::kStream;
+  }
+  // Runs run(mode) for a write of `bytes` (part of a message of kMinBytes or more when `large`),
+  // timing it when one is due, and notes the cost.
+  template <typename Run>
+  void Timed(size_t bytes, bool large, const Run& run) {
+    if (!large) {
+      run(StoreChoice::kCached);
+      return;
+    }
+    if (fixed_ || ++writes_ % kTimeEvery != 0) {
+      run(Streaming() ? StoreChoice::kStream : StoreChoice::kCached);
+      return;
+    }
+    const StoreChoice::Clock::time_point start = StoreChoice::Clock::now();
+    const StoreChoice::Mode mode = choice_.Next(start);
+    run(mode);
+    Note(mode, start, bytes);
+  }
+  void Note(StoreChoice::Mode mode, StoreChoice::Clock::time_point start, size_t bytes);
+
   StoreChoice choice_;
   bool fixed_ = false;
   StoreChoice::Mode fixed_mode_ = StoreChoice::kCached;
+  unsigned writes_ = 0;
+  std::unique_ptr<Line[]> block_;  // kBlockBytes, touched once at construction
 };
 
 }  // namespace chorus::internal
