@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,8 @@ uint8_t* OnALine(uint8_t* p) {
 }
 
 void ExpectExactCopies(Copy copy, const std::string& name,
-                       std::vector<size_t> sizes = {0, 1, 15, 63, 64, 65, 255, 256, 257, 2047,
-                                                    2048, 2049, 4099, 65536, 100003}) {
+                       std::vector<size_t> sizes = {0, 1, 15, 63, 64, 65, 255, 256, 257, 2047, 2048,
+                                                    2049, 4099, 65536, 100003}) {
   constexpr size_t kGuard = 128;
   for (size_t bytes : sizes) {
     for (size_t src_offset : {size_t{0}, size_t{1}, size_t{4}, size_t{17}, size_t{63}}) {
@@ -63,8 +64,8 @@ SlotWriter g_stream_writer(StoreChoice::kStream);
 TEST(Copies, SlotWritersAreExact) {
   // The small sizes, and around the size from which a writer may stream.
   std::vector<size_t> sizes = {0, 1, 63, 65, 4099, 100003};
-  for (size_t bytes : {SlotWriter::kMinBytes - 1, SlotWriter::kMinBytes,
-                       SlotWriter::kMinBytes + 77}) {
+  for (size_t bytes :
+       {SlotWriter::kMinBytes - 1, SlotWriter::kMinBytes, SlotWriter::kMinBytes + 77}) {
     sizes.push_back(bytes);
   }
   for (int round = 0; round < 2; ++round) {  // the timed writer's clock is read every 4th write
@@ -97,6 +98,20 @@ TEST(Copies, ProducedBlocksAreExact) {
       }
     }
   }
+}
+
+TEST(Copies, OnlyWholeBlocksAreTimed) {
+  SlotWriter writer;
+  std::vector<uint8_t> out(SlotWriter::kBlockBytes);
+  const auto fill = [&](size_t bytes) {
+    writer.Produce(out.data(), bytes, [&](void* dst) { std::memset(dst, 7, bytes); });
+  };
+  for (int i = 0; i < 100; ++i) fill(SlotWriter::kBlockBytes / 2 - 1);  // segments' tails
+  EXPECT_EQ(writer.choice().cost(StoreChoice::kCached), 0);
+  EXPECT_EQ(writer.choice().cost(StoreChoice::kStream), 0);
+  for (unsigned i = 0; i < 2 * SlotWriter::kTimeEvery; ++i) fill(SlotWriter::kBlockBytes);
+  EXPECT_GT(writer.choice().cost(StoreChoice::kCached) + writer.choice().cost(StoreChoice::kStream),
+            0);
 }
 
 TEST(Copies, FixedSlotWritersStreamOnlyLargeMessagesAndOnlyWhenAskedTo) {

@@ -46,8 +46,8 @@ enum class WaitMode : uint8_t { kAuto, kSleep, kSleepChecked };
 std::string_view WaitModeName(WaitMode mode);  // "auto", "sleep", "sleep-checked"
 
 // The stores with which a rank writes a large message (256 KiB and more) that a peer on this host
-// reads next: into a staging slot (shm and hybrid ranks), or its chunk of a direct all-reduce
-// (thread ranks).
+// reads next: into a staging slot (shm ranks, hybrid ranks' peers on their host, thread ranks'
+// copied messages), or its chunk of a direct all-reduce (thread ranks).
 //   kAuto    time the copies and stream while ordinary stores cost more than twice what
 //            non-temporal ones do: that happens when the reading core's cache is far (on this
 //            project's VM, whose two vCPUs stop sharing a cache for seconds at a time, a 2-rank

@@ -244,8 +244,8 @@ CommOptions OptionsFrom(const py::kwargs& kwargs) {
     } else if (key == "wait") {
       o.wait = ParseName<WaitMode, 3>(value.cast<std::string>(), &WaitModeName, "wait");
     } else if (key == "slot_stores") {
-      o.slot_stores = ParseName<SlotStores, 3>(value.cast<std::string>(), &SlotStoresName,
-                                               "slot_stores");
+      o.slot_stores =
+          ParseName<SlotStores, 3>(value.cast<std::string>(), &SlotStoresName, "slot_stores");
     } else if (key == "wire") {
       o.wire = ParseName<WireMode, 3>(value.cast<std::string>(), &WireModeName, "wire");
     } else if (key == "tuning_file") {

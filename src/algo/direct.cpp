@@ -35,8 +35,8 @@ Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n, boo
     x[q] = ctx.messages[q].data;
   }
   static_assert(kBlockBytes <= SlotWriter::kBlockBytes);
-  const bool large_out = peers_read_out && ctx.slot_writer != nullptr &&
-                         n * ctx.elem_size >= SlotWriter::kMinBytes;
+  const bool large_out =
+      peers_read_out && ctx.slot_writer != nullptr && n * ctx.elem_size >= SlotWriter::kMinBytes;
   const size_t block = std::max<size_t>(1, kBlockBytes / ctx.elem_size);
   for (size_t begin = 0; begin < n; begin += block) {
     const size_t len = std::min(block, n - begin);
@@ -102,10 +102,10 @@ Status ReduceScatterPhase(Channel& ch, const Partition& part, const void* send, 
     }
     ch.SetStep(1, 2);
     const size_t within = part.SegmentOffset(r, seg) - part.Offset(r);
-    CHORUS_RETURN_IF_ERROR(ReduceInRankOrder(
-        ch, Advance(out, within, ctx.elem_size),
-        Advance(send, part.SegmentOffset(r, seg), ctx.elem_size), part.SegmentSize(r, seg),
-        peers_read_out));
+    CHORUS_RETURN_IF_ERROR(
+        ReduceInRankOrder(ch, Advance(out, within, ctx.elem_size),
+                          Advance(send, part.SegmentOffset(r, seg), ctx.elem_size),
+                          part.SegmentSize(r, seg), peers_read_out));
   }
   return Status::Ok();
 }
@@ -140,9 +140,9 @@ Status AllGatherPhase(Channel& ch, const Partition& part, const void* mine, void
 Status DirectReduceScatter(const CallContext& ctx, const void* send, void* recv, size_t count) {
   if (ctx.transport->size() == 1) return CopyLocal(ctx, send, recv, count);
   Channel ch(ctx);
-  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(
-      ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv,
-      /*peers_read_out=*/false));
+  CHORUS_RETURN_IF_ERROR(
+      ReduceScatterPhase(ch, Partition(count, ctx.transport->size(), ctx.segment_elems), send, recv,
+                         /*peers_read_out=*/false));
   return ch.FlushReferenced();
 }
 
@@ -170,7 +170,9 @@ Status DirectAllReduce(const CallContext& ctx, const void* send, void* recv, siz
   const Partition part(count, ctx.transport->size(), ctx.segment_elems);
   void* mine = Advance(recv, part.Offset(ctx.transport->rank()), ctx.elem_size);
   Channel ch(ctx);
-  CHORUS_RETURN_IF_ERROR(ReduceScatterPhase(ch, part, send, mine, /*peers_read_out=*/true));
+  // On thread ranks the peers read each rank's chunk in place; elsewhere they read slots.
+  CHORUS_RETURN_IF_ERROR(
+      ReduceScatterPhase(ch, part, send, mine, /*peers_read_out=*/ctx.transport->zero_copy()));
   CHORUS_RETURN_IF_ERROR(AllGatherPhase(ch, part, mine, recv));
   return ch.FlushReferenced();
 }

@@ -53,8 +53,8 @@ void Channel::CopyOut(void* dst, const void* src, size_t bytes) const {
   internal::CopyOut(stream_, dst, src, bytes);
 }
 
-void Channel::CopyIn(void* slot, const void* src, size_t bytes) const {
-  if (ctx_.slot_writer != nullptr) {
+void Channel::CopyIn(int peer, void* slot, const void* src, size_t bytes) const {
+  if (ctx_.slot_writer != nullptr && t_.slots_read_in_memory(peer)) {
     ctx_.slot_writer->Copy(slot, src, bytes);
   } else {
     CopyBytes(slot, src, bytes);
@@ -283,7 +283,7 @@ Status Channel::SendCopy(int peer, const void* src, size_t n) {
     Publish(peer, src, n);  // the transport copies into the slot only what it cannot send now
     return Status::Ok();
   }
-  CopyIn(slot, src, n * ctx_.elem_size);
+  CopyIn(peer, slot, src, n * ctx_.elem_size);
   Publish(peer, slot, n);
   return Status::Ok();
 }
@@ -326,7 +326,7 @@ Status Channel::SendToAll(const void* src, size_t n) {
   const int next = (r + 1) % p;
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(next, &slot));
-  CopyIn(slot, src, n * ctx_.elem_size);
+  CopyIn(next, slot, src, n * ctx_.elem_size);
   for (int i = 1; i < p; ++i) Publish((r + i) % p, slot, n);
   // A later call may reuse the slot once `next` alone released it: flush every peer first.
   referenced_ = true;
@@ -387,9 +387,9 @@ Status Primitives::RecvReduceCopySend(const void* local, void* dst, size_t n) {
   const size_t bytes = n * ctx().elem_size;
   if (from_dst) {
     ctx().kernel->finish(dst, m.data, local, n, transport().size());
-  } else if (StreamsIn(bytes)) {  // ordinary stores into the slot are slow now (CopyIn)
+  } else if (StreamsIn(send_peer_, bytes)) {  // ordinary stores into the slot are slow now
     ctx().kernel->finish(dst, m.data, local, n, transport().size());
-    CopyIn(slot, dst, bytes);
+    CopyIn(send_peer_, slot, dst, bytes);
   } else {  // the sum goes to the (cached) slot first, and from there to dst
     ctx().kernel->finish(slot, m.data, local, n, transport().size());
     CopyOut(dst, slot, bytes);
@@ -406,7 +406,7 @@ Status Primitives::RecvCopySend(void* dst, size_t n) {
   CHORUS_RETURN_IF_ERROR(Reserve(send_peer_, &slot));
   const bool from_dst = transport().zero_copy() || transport().copies_at_post();
   // Staged: forward from the message (still cached), not from dst (streamed past the cache).
-  if (!from_dst) CopyIn(slot, m.data, m.bytes);
+  if (!from_dst) CopyIn(send_peer_, slot, m.data, m.bytes);
   CopyOut(dst, m.data, m.bytes);
   Done(recv_peer_, m);
   Publish(send_peer_, from_dst ? dst : slot, n);

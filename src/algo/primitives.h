@@ -117,12 +117,14 @@ class Channel {
   Transport& transport() const { return t_; }
   // Copies into the caller's output buffer (streamed for large calls).
   void CopyOut(void* dst, const void* src, size_t bytes) const;
-  // Copies a message into a staging slot a peer reads next (ctx().slot_writer's stores).
-  void CopyIn(void* slot, const void* src, size_t bytes) const;
-  // True when CopyIn would stream `bytes` now: a result bound for a slot is then better
-  // written to the rank's own buffer and copied in.
-  bool StreamsIn(size_t bytes) const {
-    return ctx_.slot_writer != nullptr && ctx_.slot_writer->Streams(bytes);
+  // Copies a message into a staging slot for `peer` (ctx().slot_writer's stores where the peer
+  // reads the slot from memory, Transport::slots_read_in_memory).
+  void CopyIn(int peer, void* slot, const void* src, size_t bytes) const;
+  // True when CopyIn would stream `bytes` to `peer` now: a result bound for its slot is then
+  // better written to the rank's own buffer and copied in.
+  bool StreamsIn(int peer, size_t bytes) const {
+    return ctx_.slot_writer != nullptr && t_.slots_read_in_memory(peer) &&
+           ctx_.slot_writer->Streams(bytes);
   }
 
  private:

@@ -50,8 +50,7 @@ void SlotWriter::Copy(void* slot, const void* src, size_t bytes) {
   });
 }
 
-void SlotWriter::Note(StoreChoice::Mode mode, StoreChoice::Clock::time_point start,
-                      size_t bytes) {
+void SlotWriter::Note(StoreChoice::Mode mode, StoreChoice::Clock::time_point start, size_t bytes) {
   const double ns =
       std::chrono::duration<double, std::nano>(StoreChoice::Clock::now() - start).count();
   choice_.Note(mode, ns * 1024 / static_cast<double>(bytes));

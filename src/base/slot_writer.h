@@ -41,7 +41,8 @@ class StoreChoice {
   Mode Next(Clock::time_point now);
   // A copy in `mode` cost `ns_per_kib`. A cheaper cost is taken at once (a copy cannot run
   // faster than the memory lets it: the phase turned); a dearer one moves the estimate a
-  // quarter of the way, at most to 4x (a copy the scheduler interrupted is not a phase).
+  // quarter of the way towards it, counting it at most 4x the estimate, so 1.75x per copy at
+  // most (a copy the scheduler interrupted is not a phase).
   void Note(Mode mode, double ns_per_kib);
   Mode chosen() const { return chosen_; }
   // The estimate of `mode`'s cost, ns per KiB; 0 before it was measured.
@@ -61,7 +62,9 @@ class SlotWriter {
   // streamed, yet the call is faster with ordinary stores, the reader finding the message in the
   // shared cache (2-rank 64 KiB all-gather on shm: 5.4 us, streamed 5.7).
   static constexpr size_t kMinBytes = size_t{256} << 10;
-  // Produce() writes at most this much at once, a block of a result of kMinBytes or more.
+  // Produce() writes at most this much at once, a block of a result of kMinBytes or more (the
+  // reader holds the whole result, so each block's cost tells the phases apart as a large
+  // copy's does); blocks under half of it are not timed.
   static constexpr size_t kBlockBytes = size_t{32} << 10;
   // One large write in this many reads the clock (and may probe the other mode): the clock
   // costs about 25 ns, a few percent of a 32 KiB block.
@@ -87,6 +90,14 @@ class SlotWriter {
         write(out);
       }
     };
+    if (bytes > kBlockBytes) {  // not a block: no room for it
+      write(out);
+      return;
+    }
+    if (bytes < kBlockBytes / 2) {  // a segment's tail: its time would be mostly the clock's
+      run(Streaming() ? StoreChoice::kStream : StoreChoice::kCached);
+      return;
+    }
     Timed(bytes, /*large=*/true, run);
   }
   // True when a write of `bytes` would now stream: a kernel that would write its result

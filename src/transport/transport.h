@@ -73,6 +73,10 @@ class Transport {
   // own TryCredit succeeded; the sender then reuses the slot only once every peer it went to
   // has released it (a broadcast costs one copy into staging, not p - 1).
   virtual bool shares_slots() const { return false; }
+  // True when `peer` reads this rank's staging slots straight from memory (another core of this
+  // host), so the stores that fill them matter (base/slot_writer.h); false when this rank's own
+  // threads read them to send them on (TCP, MPI).
+  virtual bool slots_read_in_memory(int /*peer*/) const { return false; }
   // How many ranks share this host's cores (drives the wait policy).
   virtual int ranks_on_host() const = 0;
 

@@ -30,6 +30,7 @@ class HybridTransport final : public Transport {
   int size() const override { return tcp_->size(); }
   size_t slot_bytes() const override { return tcp_->slot_bytes(); }
   bool zero_copy() const override { return false; }
+  bool slots_read_in_memory(int peer) const override { return Local(peer) >= 0; }
   int ranks_on_host() const override { return layout_.local_size; }
   const HostLayout* hosts() const override { return &layout_; }
 

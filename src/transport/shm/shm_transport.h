@@ -58,6 +58,7 @@ class ShmTransport final : public ControlledTransport {
   static constexpr size_t kCachedSegmentBytes = size_t{256} << 10;
   bool zero_copy() const override { return false; }
   bool shares_slots() const override { return true; }
+  bool slots_read_in_memory(int /*peer*/) const override { return true; }
   int ranks_on_host() const override { return size_; }
 
   bool TryCredit(int peer) override;
