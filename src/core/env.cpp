@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,24 @@ std::optional<std::string> Var(const char* name) {
 }
 
 // The integer in variable `name`, if set. Errors name the variable and its value.
+// Sets *value to the one of `values` whose name the variable holds; unset leaves it.
+template <typename Enum>
+Status NamedVar(const char* name, std::initializer_list<Enum> values,
+                std::string_view (*name_of)(Enum), Enum* value) {
+  const auto text = Var(name);
+  if (!text) return Status::Ok();
+  std::string names;
+  for (Enum e : values) {
+    if (*text == name_of(e)) {
+      *value = e;
+      return Status::Ok();
+    }
+    names += (names.empty() ? "" : ", ") + std::string(name_of(e));
+  }
+  return InvalidArgument("environment: " + std::string(name) + "=\"" + *text +
+                         "\" is not one of " + names);
+}
+
 Result<std::optional<long>> IntVar(const char* name, long min, long max) {
   const auto text = Var(name);
   if (!text) return std::optional<long>();
@@ -154,31 +173,17 @@ Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base) {
     base.timeout = std::chrono::milliseconds(**timeout);
   }
   if (base.algorithm.empty()) base.algorithm = Var("CHORUS_ALGO").value_or("");
-  if (auto mode = Var("CHORUS_WAIT"); mode && base.wait == WaitMode::kAuto) {
-    bool known = false;
-    for (WaitMode m : {WaitMode::kAuto, WaitMode::kSleep, WaitMode::kSleepChecked}) {
-      if (*mode == WaitModeName(m)) {
-        base.wait = m;
-        known = true;
-      }
-    }
-    if (!known) {
-      return InvalidArgument("environment: CHORUS_WAIT=\"" + *mode +
-                             "\" is not one of auto, sleep, sleep-checked");
-    }
+  if (base.wait == WaitMode::kAuto) {
+    Status status = NamedVar<WaitMode>(
+        "CHORUS_WAIT", {WaitMode::kAuto, WaitMode::kSleep, WaitMode::kSleepChecked},
+        &WaitModeName, &base.wait);
+    if (!status.ok()) return status;
   }
-  if (auto stores = Var("CHORUS_SLOT_STORES"); stores && base.slot_stores == SlotStores::kAuto) {
-    bool known = false;
-    for (SlotStores s : {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStream}) {
-      if (*stores == SlotStoresName(s)) {
-        base.slot_stores = s;
-        known = true;
-      }
-    }
-    if (!known) {
-      return InvalidArgument("environment: CHORUS_SLOT_STORES=\"" + *stores +
-                             "\" is not one of auto, cached, stream");
-    }
+  if (base.slot_stores == SlotStores::kAuto) {
+    Status status = NamedVar<SlotStores>(
+        "CHORUS_SLOT_STORES", {SlotStores::kAuto, SlotStores::kCached, SlotStores::kStream},
+        &SlotStoresName, &base.slot_stores);
+    if (!status.ok()) return status;
   }
   if (base.tuning_file.empty()) {
     auto file = internal::TuningFileFromEnvironment();
