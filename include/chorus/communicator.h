@@ -333,9 +333,9 @@ Result<CommOptions> CommOptionsFromEnvironment(CommOptions base = {});
 
 // The environment's settings that apply to any communicator, thread groups included, on top of
 // `base`: CHORUS_TIMEOUT_MS (overrides base.timeout), CHORUS_ALGO, CHORUS_WAIT (auto, sleep,
-// sleep-checked), CHORUS_SLOT_STORES (auto, cached, stream) and the tuning file (CHORUS_TUNING_FILE, which must exist, or "builtin" for the
-// built-in defaults; else $XDG_CONFIG_HOME/chorus/tuning.conf or ~/.config/chorus/tuning.conf
-// when it exists).
+// sleep-checked), CHORUS_SLOT_STORES (auto, cached, stream) and the tuning file
+// (CHORUS_TUNING_FILE, which must exist, or "builtin" for the built-in defaults; else
+// $XDG_CONFIG_HOME/chorus/tuning.conf or ~/.config/chorus/tuning.conf when it exists).
 //   auto group = chorus::CreateLocalGroup(4, *chorus::LocalOptionsFromEnvironment());
 Result<CommOptions> LocalOptionsFromEnvironment(CommOptions base = {});
 

@@ -54,8 +54,8 @@ void Channel::CopyOut(void* dst, const void* src, size_t bytes) const {
 }
 
 void Channel::CopyIn(int peer, void* slot, const void* src, size_t bytes) const {
-  if (ctx_.slot_writer != nullptr && t_.slots_read_in_memory(peer)) {
-    ctx_.slot_writer->Copy(slot, src, bytes);
+  if (SlotWriter* writer = WriterFor(peer); writer != nullptr) {
+    writer->Copy(slot, src, bytes);
   } else {
     CopyBytes(slot, src, bytes);
   }

@@ -123,11 +123,15 @@ class Channel {
   // True when CopyIn would stream `bytes` to `peer` now: a result bound for its slot is then
   // better written to the rank's own buffer and copied in.
   bool StreamsIn(int peer, size_t bytes) const {
-    return ctx_.slot_writer != nullptr && t_.slots_read_in_memory(peer) &&
-           ctx_.slot_writer->Streams(bytes);
+    const SlotWriter* writer = WriterFor(peer);
+    return writer != nullptr && writer->Streams(bytes);
   }
 
  private:
+  // ctx().slot_writer when `peer` reads its slots from memory, else null (ordinary stores).
+  SlotWriter* WriterFor(int peer) const {
+    return t_.slots_read_in_memory(peer) ? ctx_.slot_writer : nullptr;
+  }
   // Waits until ready(), the group fails, a rank rejects this call, `peer` dies or the
   // deadline passes; `what` completes "waiting for <what> rank <peer>" in errors.
   template <typename Ready>

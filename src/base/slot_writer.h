@@ -95,23 +95,24 @@ class SlotWriter {
       return;
     }
     if (bytes < kBlockBytes / 2) {  // a segment's tail: its time would be mostly the clock's
-      run(Streaming() ? StoreChoice::kStream : StoreChoice::kCached);
+      run(Current());
       return;
     }
     Timed(bytes, /*large=*/true, run);
   }
   // True when a write of `bytes` would now stream: a kernel that would write its result
   // straight into a slot writes it to its own buffer and Copy()s it instead.
-  bool Streams(size_t bytes) const { return bytes >= kMinBytes && Streaming(); }
+  bool Streams(size_t bytes) const {
+    return bytes >= kMinBytes && Current() == StoreChoice::kStream;
+  }
   const StoreChoice& choice() const { return choice_; }
 
  private:
   struct alignas(64) Line {
     unsigned char bytes[64];
   };
-  bool Streaming() const {
-    return (fixed_ ? fixed_mode_ : choice_.chosen()) == StoreChoice::kStream;
-  }
+  // The stores an untimed large write uses.
+  StoreChoice::Mode Current() const { return fixed_ ? fixed_mode_ : choice_.chosen(); }
   // Runs run(mode) for a write of `bytes` (part of a message of kMinBytes or more when `large`),
   // timing it when one is due, and notes the cost.
   template <typename Run>
@@ -121,7 +122,7 @@ class SlotWriter {
       return;
     }
     if (fixed_ || ++writes_ % kTimeEvery != 0) {
-      run(Streaming() ? StoreChoice::kStream : StoreChoice::kCached);
+      run(Current());
       return;
     }
     const StoreChoice::Clock::time_point start = StoreChoice::Clock::now();
