@@ -25,7 +25,6 @@ std::optional<std::string> Var(const char* name) {
   return std::string(value);
 }
 
-// The integer in variable `name`, if set. Errors name the variable and its value.
 // Sets *value to the one of `values` whose name the variable holds; unset leaves it.
 template <typename Enum>
 Status NamedVar(const char* name, std::initializer_list<Enum> values,
@@ -44,6 +43,7 @@ Status NamedVar(const char* name, std::initializer_list<Enum> values,
                          "\" is not one of " + names);
 }
 
+// The integer in variable `name`, if set. Errors name the variable and its value.
 Result<std::optional<long>> IntVar(const char* name, long min, long max) {
   const auto text = Var(name);
   if (!text) return std::optional<long>();

@@ -30,7 +30,7 @@ inline WaitMode TestWaitMode() {
   std::abort();  // a typo in the test set-up must not pass as the default
 }
 
-// CommOptions::slot_stores from CHORUS_SLOT_STORES (tests/CMakeLists.txt runs the shm and hybrid
+// CommOptions::slot_stores from CHORUS_SLOT_STORES (tests/CMakeLists.txt runs the thread and shm
 // matrices' large cases once more with "stream", the stores a slow cross-core phase picks).
 inline SlotStores TestSlotStores() {
   const char* stores = std::getenv("CHORUS_SLOT_STORES");
