@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -79,6 +80,76 @@ TEST(Mailbox, OneWayTrafficStillReadsTail) {
   pair->ab.Release(kDepth);
   EXPECT_TRUE(pair->ab.HasCredit(kDepth));
   EXPECT_EQ(pair->ab.tail_seen, 1u);
+}
+
+// A small message travels inside its entry: the receiver gets a pointer into the entry, which
+// holds the bytes until Release, however many bytes (0 to kInlineBytes) and whatever comes
+// next; a message in a slot still comes with its `where`.
+TEST(Mailbox, SmallMessagesTravelInsideTheirEntry) {
+  auto pair = std::make_unique<Pair>();
+  uint8_t sent[Mailbox::kInlineBytes];
+  for (size_t bytes = 0; bytes <= Mailbox::kInlineBytes; ++bytes) {
+    for (size_t i = 0; i < sizeof sent; ++i) sent[i] = static_cast<uint8_t>(bytes * 31 + i);
+    CallTag tag;
+    tag.call_index = bytes;
+    tag.count = 1000 + bytes;
+    pair->ab.PostInline(sent, bytes, tag, 0, kDepth);
+    std::memset(sent, 0xee, sizeof sent);   // the sender may reuse its memory at once
+    pair->ab.Post(Numbered(7), 0, kDepth);  // and a slot message behind it
+
+    WireMessage m;
+    uint64_t ack = 0;
+    const void* in_entry = nullptr;
+    ASSERT_TRUE(pair->ab.Peek(&m, &ack, kDepth, &in_entry));
+    ASSERT_NE(in_entry, nullptr);
+    EXPECT_EQ(m.bytes, bytes);
+    EXPECT_EQ(m.tag, tag);
+    for (size_t i = 0; i < bytes; ++i) {
+      EXPECT_EQ(static_cast<const uint8_t*>(in_entry)[i], static_cast<uint8_t>(bytes * 31 + i));
+    }
+    pair->ab.Release(kDepth);
+    ASSERT_TRUE(pair->ab.Peek(&m, &ack, kDepth, &in_entry));
+    EXPECT_EQ(in_entry, nullptr);
+    EXPECT_EQ(m.where, 7u);
+    EXPECT_EQ(m.bytes, 8u);
+    pair->ab.Release(kDepth);
+  }
+  EXPECT_TRUE(pair->ab.Drained());
+}
+
+// Stamps and acks keep their low 32 bits: past 2^32 messages each way, messages still arrive
+// in order and acks still return exactly the credits they stand for.
+TEST(Mailbox, StampsAndAcksStayExactPastTwoToThe32Messages) {
+  auto pair = std::make_unique<Pair>();
+  const uint64_t start = (uint64_t{1} << 32) - 2;  // as if 2^32 - 2 messages had gone each way
+  for (Mailbox* box : {&pair->ab, &pair->ba}) {
+    box->head.store(start);
+    box->tail.store(start);
+    box->tail_seen = start;
+    for (int i = 0; i < kDepth; ++i) {  // the stamps those messages left
+      const uint64_t n = start - kDepth + static_cast<uint64_t>(i);
+      box->ring[n % kDepth].stamp.store(static_cast<uint32_t>(n + 1));
+    }
+  }
+  for (uint64_t n = 0; n < 3 * kDepth; ++n) {
+    ASSERT_TRUE(pair->ab.HasCredit(kDepth));
+    WireMessage m;
+    uint64_t ack = 0;
+    EXPECT_FALSE(pair->ab.Peek(&m, &ack, kDepth));  // nothing new yet
+    pair->ab.Post(Numbered(n), pair->ba.released(), kDepth);
+    ASSERT_TRUE(pair->ab.Peek(&m, &ack, kDepth));
+    EXPECT_EQ(m.where, n);
+    pair->ab.Release(kDepth);
+    // B answers; the ack it carries releases exactly A's messages so far.
+    pair->ba.Post(Numbered(100 + n), pair->ab.released(), kDepth);
+    ASSERT_TRUE(pair->ba.Peek(&m, &ack, kDepth));
+    pair->ab.Acked(ack);
+    EXPECT_EQ(pair->ab.tail_seen, start + n + 1);
+    pair->ba.Release(kDepth);
+  }
+  // An ack beyond head, after the wrap, is still ignored.
+  pair->ab.Acked(pair->ab.next() + 2);
+  EXPECT_EQ(pair->ab.tail_seen, pair->ab.next());
 }
 
 // Two threads exchange numbered payloads through slots that the credits guard, both ways at

@@ -277,6 +277,13 @@ void Channel::Publish(int peer, const void* data, size_t n) {
 }
 
 Status Channel::SendCopy(int peer, const void* src, size_t n) {
+  const size_t inline_bytes = t_.inline_bytes();
+  if (inline_bytes > 0 && n * ctx_.elem_size <= inline_bytes) {  // Post copies it into the entry
+    CHORUS_RETURN_IF_ERROR(WaitFor(
+        peer, [&] { return t_.TryCredit(peer); }, "a slot released by"));
+    Publish(peer, src, n);
+    return Status::Ok();
+  }
   void* slot = nullptr;
   CHORUS_RETURN_IF_ERROR(Reserve(peer, &slot));
   if (t_.copies_at_post()) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "base/check.h"
@@ -45,13 +46,24 @@ struct WireMessage {
 // cache-line transfer, the entry to its receiver, where reading `head`, the entry and `tail`
 // on every message cost three. 2 ranks on 2 cores, 32-byte all-reduce: 1.1 us; with the stamp
 // 0.83 us (Open MPI: 0.58 us); with the acks see docs/waiting.md.
+//
+// A message of at most kInlineBytes travels inside its entry (PostInline): the receiver reads
+// it from the line it polled instead of fetching a slot line after it, one cache-line transfer
+// fewer on the path of every small call (docs/waiting.md, "A small message's cost"). The stamp
+// and the ack keep their low 32 bits to make room: the stamp an entry holds differs from the
+// one awaited by `depth`, and an ack lies within `depth` of `head`, so neither is ambiguous.
 struct Mailbox {
+  static constexpr size_t kInlineBytes = 16;
+
   struct alignas(64) Entry {
-    std::atomic<uint64_t> stamp{0};  // message number + 1 once `message` is written
-    WireMessage message;
-    uint64_t ack = 0;  // the sender's `tail` on the mailbox back to it when it posted
+    std::atomic<uint32_t> stamp{0};  // low 32 bits of message number + 1, stored last
+    uint32_t ack = 0;                // low 32 bits of the sender's `tail` on the mailbox back to it
+    uint64_t bytes = 0;  // with kInline set, the payload is `body`; else `body` holds `where`
+    CallTag tag;
+    alignas(8) std::byte body[kInlineBytes] = {};
   };
   static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
+  static constexpr uint64_t kInline = uint64_t{1} << 63;
 
   // The sender's line: messages posted, and the `tail` it last read (the sender's alone).
   alignas(64) std::atomic<uint64_t> head{0};
@@ -69,32 +81,52 @@ struct Mailbox {
   uint64_t next() const { return head.load(std::memory_order_relaxed); }
   // `ack` is the reverse mailbox's released() (this sender is its receiver).
   void Post(const WireMessage& m, uint64_t ack, int depth) {
-    CHORUS_CHECK(HasCredit(depth));  // callers reserve first
-    const uint64_t h = head.load(std::memory_order_relaxed);
-    Entry& entry = ring[h % static_cast<uint64_t>(depth)];
-    entry.message = m;
-    entry.ack = ack;
-    entry.stamp.store(h + 1, std::memory_order_release);
-    head.store(h + 1, std::memory_order_relaxed);  // read by the sender only
+    CHORUS_CHECK_LT(m.bytes, kInline);
+    Entry& entry = Claim(depth);
+    entry.bytes = m.bytes;
+    entry.tag = m.tag;
+    std::memcpy(entry.body, &m.where, sizeof m.where);
+    Stamp(entry, ack);
+  }
+  // Posts `bytes` (at most kInlineBytes) from `data` inside the entry itself.
+  void PostInline(const void* data, uint64_t bytes, const CallTag& tag, uint64_t ack, int depth) {
+    CHORUS_CHECK_LE(bytes, kInlineBytes);
+    Entry& entry = Claim(depth);
+    entry.bytes = bytes | kInline;
+    entry.tag = tag;
+    if (bytes > 0) std::memcpy(entry.body, data, bytes);
+    Stamp(entry, ack);
   }
   bool Drained() const {
     return tail.load(std::memory_order_acquire) == head.load(std::memory_order_relaxed);
   }
   // The receiver had released `ack` messages when it posted the entry of the reverse mailbox
   // that carried it (so the releases happened before, and the acquire of that entry's stamp
-  // orders them before this sender's reuse of the slots). An ack beyond head is ignored.
+  // orders them before this sender's reuse of the slots). Only its low 32 bits travel; the
+  // count they stand for is the one within 2^32 below `head`. An ack beyond head is ignored.
   void Acked(uint64_t ack) const {
-    if (ack > tail_seen && ack <= head.load(std::memory_order_relaxed)) tail_seen = ack;
+    const uint64_t h = head.load(std::memory_order_relaxed);
+    const uint64_t full =
+        h - static_cast<uint32_t>(static_cast<uint32_t>(h) - static_cast<uint32_t>(ack));
+    if (full > tail_seen && full <= h) tail_seen = full;
   }
 
   // Receiver side.
-  // `*ack` is the entry's ack for the reverse mailbox (see Acked).
-  bool Peek(WireMessage* m, uint64_t* ack, int depth) const {
+  // `*ack` is the entry's ack for the reverse mailbox (see Acked). A message posted inline
+  // comes with `*inline_data` pointing at its bytes inside the entry, which stay there until
+  // Release; otherwise `*inline_data` is null and `m->where` says where the message is.
+  bool Peek(WireMessage* m, uint64_t* ack, int depth, const void** inline_data = nullptr) const {
     const uint64_t t = tail.load(std::memory_order_relaxed);
     const Entry& entry = ring[t % static_cast<uint64_t>(depth)];
-    if (entry.stamp.load(std::memory_order_acquire) != t + 1) return false;
-    *m = entry.message;
+    if (entry.stamp.load(std::memory_order_acquire) != static_cast<uint32_t>(t + 1)) return false;
     *ack = entry.ack;
+    m->tag = entry.tag;
+    m->bytes = entry.bytes & ~kInline;
+    const bool in_entry = (entry.bytes & kInline) != 0;
+    CHORUS_CHECK(!in_entry || inline_data != nullptr);
+    if (inline_data != nullptr) *inline_data = in_entry ? entry.body : nullptr;
+    m->where = 0;
+    if (!in_entry) std::memcpy(&m->where, entry.body, sizeof m->where);
     return true;
   }
   // Messages this receiver released so far, the ack it sends back (the receiver's alone).
@@ -102,8 +134,20 @@ struct Mailbox {
   void Release(int depth) {
     const uint64_t t = tail.load(std::memory_order_relaxed);
     CHORUS_CHECK_EQ(ring[t % static_cast<uint64_t>(depth)].stamp.load(std::memory_order_relaxed),
-                    t + 1);  // a message was there to release
+                    static_cast<uint32_t>(t + 1));  // a message was there to release
     tail.store(t + 1, std::memory_order_release);
+  }
+
+ private:
+  Entry& Claim(int depth) {
+    CHORUS_CHECK(HasCredit(depth));  // callers reserve first
+    return ring[head.load(std::memory_order_relaxed) % static_cast<uint64_t>(depth)];
+  }
+  void Stamp(Entry& entry, uint64_t ack) {
+    const uint64_t h = head.load(std::memory_order_relaxed);
+    entry.ack = static_cast<uint32_t>(ack);
+    entry.stamp.store(static_cast<uint32_t>(h + 1), std::memory_order_release);
+    head.store(h + 1, std::memory_order_relaxed);  // read by the sender only
   }
 };
 

@@ -69,6 +69,12 @@ class Transport {
   // transport reads it only during Post (it sends what it can at once and keeps the rest in the
   // slot), so the caller may reuse it as soon as Post returns. Saves the copy into the slot.
   virtual bool copies_at_post() const { return false; }
+  // Messages of at most this many bytes travel inside the mailbox entry that announces them
+  // (thread and shm ranks, transport/control.h): Post copies them there, and the receiver
+  // reads them from the entry, one cache line instead of the entry and then a slot's. Post may
+  // then also be given the caller's memory after TryCredit(peer), read only during Post. 0
+  // where every message sits in a slot.
+  virtual size_t inline_bytes() const { return 0; }
   // True when a slot reserved for one peer may also be posted to other peers, each after its
   // own TryCredit succeeded; the sender then reuses the slot only once every peer it went to
   // has released it (a broadcast costs one copy into staging, not p - 1).
@@ -88,7 +94,8 @@ class Transport {
   // Posts the next message to `peer`. Precondition: the last TryReserve(peer) or
   // TryCredit(peer) succeeded and nothing was posted to `peer` since. `m.data` is that slot or,
   // when zero_copy(), memory of the caller's that stays valid and unchanged until Drained(peer),
-  // or when copies_at_post() (after TryReserve), memory of the caller's read only during Post.
+  // or when copies_at_post() (after TryReserve), or for at most inline_bytes() (after
+  // TryCredit), memory of the caller's read only during Post.
   virtual void Post(int peer, const Message& m) = 0;
   // The oldest unreleased message from `peer`, if one has arrived.
   virtual bool TryPeek(int peer, Message* m) = 0;

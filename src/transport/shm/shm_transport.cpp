@@ -20,7 +20,7 @@
 namespace chorus::internal {
 namespace {
 
-constexpr uint64_t kMagic = 0x6368'6f72'7573'0001;  // "chorus", layout version 1
+constexpr uint64_t kMagic = 0x6368'6f72'7573'0002;  // "chorus", layout version 2
 constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -348,6 +348,11 @@ void* ShmTransport::TryReserve(int peer) {
 }
 
 void ShmTransport::Post(int peer, const Message& m) {
+  if (m.bytes <= Mailbox::kInlineBytes) {  // inside the entry, from wherever it is
+    box(rank_, peer).PostInline(m.data, m.bytes, m.tag, box(peer, rank_).released(), depth_);
+    control_.bell(peer).Ring();
+    return;
+  }
   // Not zero-copy: every message must sit in this rank's own staging. Usually that is the slot
   // reserved for `peer`; a slot filled once for several peers (a broadcast, each post after
   // TryCredit(peer)) sits in the staging of whichever peer it was reserved for. Receivers only
@@ -364,8 +369,13 @@ void ShmTransport::Post(int peer, const Message& m) {
 bool ShmTransport::TryPeek(int peer, Message* m) {
   WireMessage w;
   uint64_t ack = 0;
-  if (!box(peer, rank_).Peek(&w, &ack, depth_)) return false;
+  const void* in_entry = nullptr;
+  if (!box(peer, rank_).Peek(&w, &ack, depth_, &in_entry)) return false;
   box(rank_, peer).Acked(ack);
+  if (in_entry != nullptr) {  // the entry lies in this rank's mapping of the segment
+    *m = Message{in_entry, w.bytes, w.tag};
+    return true;
+  }
   if (w.where > segment_bytes_ || w.bytes > segment_bytes_ - w.where) {
     Fail(Internal("shm: rank " + std::to_string(peer) + " posted a message outside the segment"));
     return false;

@@ -59,6 +59,7 @@ class ShmTransport final : public ControlledTransport {
   bool zero_copy() const override { return false; }
   bool shares_slots() const override { return true; }
   bool slots_read_in_memory(int /*peer*/) const override { return true; }
+  size_t inline_bytes() const override { return Mailbox::kInlineBytes; }
   int ranks_on_host() const override { return size_; }
 
   bool TryCredit(int peer) override;

@@ -84,18 +84,24 @@ void* ThreadTransport::TryReserve(int peer) {
 }
 
 void ThreadTransport::Post(int peer, const Message& m) {
-  group_->link(rank_, peer)
-      .box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag},
-                group_->link(peer, rank_).box.released(), group_->depth());
+  Mailbox& box = group_->link(rank_, peer).box;
+  const uint64_t ack = group_->link(peer, rank_).box.released();
+  if (m.bytes <= Mailbox::kInlineBytes) {
+    box.PostInline(m.data, m.bytes, m.tag, ack, group_->depth());
+  } else {
+    box.Post({reinterpret_cast<uintptr_t>(m.data), m.bytes, m.tag}, ack, group_->depth());
+  }
   control_.bell(peer).Ring();
 }
 
 bool ThreadTransport::TryPeek(int peer, Message* m) {
   WireMessage w;
   uint64_t ack = 0;
-  if (!group_->link(peer, rank_).box.Peek(&w, &ack, group_->depth())) return false;
+  const void* in_entry = nullptr;
+  if (!group_->link(peer, rank_).box.Peek(&w, &ack, group_->depth(), &in_entry)) return false;
   group_->link(rank_, peer).box.Acked(ack);
-  *m = Message{reinterpret_cast<const void*>(w.where), w.bytes, w.tag};
+  const void* data = in_entry != nullptr ? in_entry : reinterpret_cast<const void*>(w.where);
+  *m = Message{data, w.bytes, w.tag};
   return true;
 }
 

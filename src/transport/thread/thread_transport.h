@@ -67,6 +67,7 @@ class ThreadTransport final : public ControlledTransport {
   size_t slot_bytes() const override { return group_->slot_bytes(); }
   bool zero_copy() const override { return true; }
   bool slots_read_in_memory(int /*peer*/) const override { return true; }
+  size_t inline_bytes() const override { return Mailbox::kInlineBytes; }
   int ranks_on_host() const override { return group_->size(); }
 
   bool TryCredit(int peer) override;
