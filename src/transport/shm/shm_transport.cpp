@@ -70,7 +70,8 @@ class ShmSegment {
           "Create: the shared memory for this communicator needs " + Mib(bytes) + " (" + sizing +
           ") but " + where + " has " + Mib(free_bytes) + " free of " + Mib(total_bytes) +
           ". Give " + where + " more room (docker run --shm-size=1g; mount -o remount,size=1G " +
-          where + "), lower CommOptions::pipeline_depth or segment_bytes, or put the segment on "
+          where +
+          "), lower CommOptions::pipeline_depth or segment_bytes, or put the segment on "
           "another tmpfs with CommOptions::shm_dir (CHORUS_SHM_DIR)");
     };
     const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
@@ -98,8 +99,8 @@ class ShmSegment {
 
   // Opens what rank 0 created: `path` is a /dev/shm name ("/chorus-...") or a file's path.
   static Result<std::unique_ptr<ShmSegment>> Open(const std::string& path, bool in_dev_shm) {
-    const int fd = in_dev_shm ? shm_open(path.c_str(), O_RDWR, 0)
-                              : open(path.c_str(), O_RDWR | O_CLOEXEC);
+    const int fd =
+        in_dev_shm ? shm_open(path.c_str(), O_RDWR, 0) : open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (fd < 0) return Unavailable(Errno(("Create: cannot open shared memory " + path).c_str()));
     struct stat st {};
     if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Prelude))) {
@@ -185,11 +186,25 @@ std::string RandomName() {
   return name;
 }
 
-// Touches `bytes` at `p` so the first collective does not pay the page faults.
+// Maps the pages of `bytes` at `p` into this process so the first collective does not pay the
+// page faults. One madvise(MADV_POPULATE_*) call (Linux 5.14) maps them all, about ten times
+// faster than touching one byte per page, each touch a fault (8 MiB: 5 ms against 48 here); a
+// kernel without it (EINVAL) gets the touches. The range widens to whole pages, all inside the
+// segment's mapping (madvise changes no byte).
 void Prefault(std::byte* p, size_t bytes, bool write) {
+  if (bytes == 0) return;
+  const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{kPage - 1};
+  const uintptr_t end =
+      (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) & ~uintptr_t{kPage - 1};
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
+  if (madvise(reinterpret_cast<void*>(first), end - first,
+              write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) {
+    return;
+  }
+#endif
   for (size_t i = 0; i < bytes; i += kPage) {
     if (write) {
-      p[i] = std::byte{0};
+      p[i] = std::byte{0};  // only this rank writes its own link, and not yet
     } else {
       [[maybe_unused]] volatile std::byte sink = p[i];
     }
@@ -203,10 +218,9 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig&
   const Layout layout(config.size, config.depth, config.slot_bytes);
   std::unique_ptr<ShmSegment> segment;
   if (config.rank == 0) {
-    const std::string sizing =
-        std::to_string(config.size) + " x " + std::to_string(config.size) +
-        " pairs of ranks x pipeline_depth " + std::to_string(config.depth) + " x segment_bytes " +
-        std::to_string(config.slot_bytes);
+    const std::string sizing = std::to_string(config.size) + " x " + std::to_string(config.size) +
+                               " pairs of ranks x pipeline_depth " + std::to_string(config.depth) +
+                               " x segment_bytes " + std::to_string(config.slot_bytes);
     auto created = ShmSegment::Create(shm_dir, RandomName(), layout.total, sizing);
     if (!created.ok()) {
       // The others wait for the segment's name: tell them why there is none.
@@ -220,8 +234,8 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig&
     for (size_t i = 0; i < static_cast<size_t>(config.size) * config.size; ++i) {
       new (segment->data() + layout.mailboxes + i * sizeof(Mailbox)) Mailbox();
     }
-    CHORUS_RETURN_IF_ERROR(store.Set(
-        "shm/name", (segment->in_dev_shm() ? "shm:" : "file:") + segment->name()));
+    CHORUS_RETURN_IF_ERROR(
+        store.Set("shm/name", (segment->in_dev_shm() ? "shm:" : "file:") + segment->name()));
   } else {
     auto published = store.Get("shm/name", Remaining(config.deadline));
     if (!published.ok()) return published.status();
