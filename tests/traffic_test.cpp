@@ -182,88 +182,111 @@ TEST(TrafficMatchesModel, AllToAllAlgorithmsMoveTheirRowsBytes) {
 // every rank, for several roots and counts (random ones with zeros for the v-collectives), with
 // segments that split the messages: the counters equal model::RankBytesOf to the byte. So no
 // block is padded, and a new algorithm needs its row in model/rank_bytes.cpp.
-TEST(TrafficMatchesModel, EveryAlgorithmMovesTheModelsBytes) {
-  std::mt19937 random(20261206);
-  for (const internal::AlgorithmInfo& a : internal::Algorithms()) {
-    if (a.name == "hierarchical") continue;
-    const internal::CollectiveInfo& c = internal::Collective(a.kind);
-    const bool personal = c.counts == internal::Counts::kBothAreP;
-    for (int p : {1, 2, 3, 5, 6, 8}) {
-      const auto n = static_cast<size_t>(p);
-      for (int trial = 0; trial < 4; ++trial) {
-        // Even collectives: a block of 0, 1, 7 or 1001 elements. The v-collectives: pair[i][j],
-        // what rank i sends rank j (all-to-all-v); the shared counts are pair[0].
-        const size_t block = std::array<size_t, 4>{0, 1, 7, 1001}[static_cast<size_t>(trial)];
-        std::vector<std::vector<size_t>> pair(n, std::vector<size_t>(n));
-        for (auto& row : pair) {
-          for (size_t& x : row) x = random() % 3 == 0 ? 0 : random() % 300;
+//
+// One test per algorithm (ctest runs them side by side: together they took two minutes under
+// TSan), and one group per rank count, whose four trials each add to the counters.
+std::vector<size_t> ModelledAlgorithms() {
+  std::vector<size_t> picked;
+  for (size_t i = 0; i < internal::Algorithms().size(); ++i) {
+    if (internal::Algorithms()[i].name != "hierarchical") picked.push_back(i);
+  }
+  return picked;
+}
+
+class EveryAlgorithm : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(EveryAlgorithm, MovesTheModelsBytes) {
+  const internal::AlgorithmInfo& a = internal::Algorithms()[GetParam()];
+  const internal::CollectiveInfo& c = internal::Collective(a.kind);
+  const bool personal = c.counts == internal::Counts::kBothAreP;
+  std::mt19937 random(20261206 + static_cast<unsigned>(GetParam()));
+  for (int p : {1, 2, 3, 5, 6, 8}) {
+    const auto n = static_cast<size_t>(p);
+    // The calls' segments are 64 bytes: the group's staging need be no larger than a page.
+    auto group = CreateLocalGroup(p, {.segment_bytes = 4096});
+    ASSERT_TRUE(group.ok()) << group.status();
+    std::vector<Traffic> traffic(n);  // each rank's counters after the previous trial
+    for (int trial = 0; trial < 4; ++trial) {
+      // Even collectives: a block of 0, 1, 7 or 1001 elements. The v-collectives: pair[i][j],
+      // what rank i sends rank j (all-to-all-v); the shared counts are pair[0].
+      const size_t block = std::array<size_t, 4>{0, 1, 7, 1001}[static_cast<size_t>(trial)];
+      std::vector<std::vector<size_t>> pair(n, std::vector<size_t>(n));
+      for (auto& row : pair) {
+        for (size_t& x : row) x = random() % 3 == 0 ? 0 : random() % 300;
+      }
+      const std::vector<size_t>& counts = pair[0];
+      const int root = std::array<int, 4>{0, p - 1, p / 2, 1 % p}[static_cast<size_t>(trial)];
+      const internal::CallCounts even = internal::CountsFor(c, block, p);
+      const std::string what = std::string(c.name) + " " + std::string(a.name) + " p " +
+                               std::to_string(p) + " trial " + std::to_string(trial) + " root " +
+                               std::to_string(root);
+      SCOPED_TRACE(what);
+      const std::vector<Traffic> before = traffic;
+      std::vector<Status> status(n);
+      const auto counts_of = [&](size_t r, bool send) {
+        std::vector<size_t> v(n);
+        for (size_t q = 0; q < n; ++q) v[q] = send ? pair[r][q] : pair[q][r];
+        return v;
+      };
+      testing::RunRanks(*group, [&](Communicator& comm) {
+        const auto r = static_cast<size_t>(comm.rank());
+        const std::vector<size_t> send_counts = counts_of(r, true);
+        const std::vector<size_t> recv_counts = counts_of(r, false);
+        // The root's buffers on every rank (a root-only buffer is ignored elsewhere); a buffer
+        // of one v-block holds the rank's own.
+        internal::CallArgs args{a.kind,
+                                {nullptr, c.varied ? counts[r] : even.send, DataType::kFloat32},
+                                {nullptr, c.varied ? counts[r] : even.recv, DataType::kFloat32},
+                                ReduceOp::kSum,
+                                root,
+                                {},
+                                {}};
+        if (c.varied && internal::SendIsPerRank(c.counts)) {
+          args.send_counts = personal ? send_counts : counts;
         }
-        const std::vector<size_t>& counts = pair[0];
-        const int root = std::array<int, 4>{0, p - 1, p / 2, 1 % p}[static_cast<size_t>(trial)];
-        const internal::CallCounts even = internal::CountsFor(c, block, p);
-        const std::string what = std::string(c.name) + " " + std::string(a.name) + " p " +
-                                 std::to_string(p) + " trial " + std::to_string(trial) + " root " +
-                                 std::to_string(root);
-        SCOPED_TRACE(what);
-        auto group = CreateLocalGroup(p);
-        ASSERT_TRUE(group.ok()) << group.status();
-        std::vector<Traffic> traffic(n);
-        std::vector<Status> status(n);
-        const auto counts_of = [&](size_t r, bool send) {
-          std::vector<size_t> v(n);
-          for (size_t q = 0; q < n; ++q) v[q] = send ? pair[r][q] : pair[q][r];
-          return v;
-        };
-        testing::RunRanks(*group, [&](Communicator& comm) {
-          const auto r = static_cast<size_t>(comm.rank());
-          const std::vector<size_t> send_counts = counts_of(r, true);
-          const std::vector<size_t> recv_counts = counts_of(r, false);
-          // The root's buffers on every rank (a root-only buffer is ignored elsewhere); a
-          // buffer of one v-block holds the rank's own.
-          internal::CallArgs args{a.kind,
-                                  {nullptr, c.varied ? counts[r] : even.send, DataType::kFloat32},
-                                  {nullptr, c.varied ? counts[r] : even.recv, DataType::kFloat32},
-                                  ReduceOp::kSum,
-                                  root,
-                                  {},
-                                  {}};
-          if (c.varied && internal::SendIsPerRank(c.counts)) {
-            args.send_counts = personal ? send_counts : counts;
-          }
-          if (c.varied && internal::RecvIsPerRank(c.counts)) {
-            args.recv_counts = personal ? recv_counts : counts;
-          }
-          const internal::CallCounts sizes =
-              c.varied ? internal::VariedCountsOf(c, args, comm.rank()) : even;
-          std::vector<float> in(sizes.send, 1.0f), out(sizes.recv, 0.0f);
-          args.send.data = in.data();
-          args.send.count = in.size();
-          args.recv.data = out.data();
-          args.recv.count = out.size();
-          status[r] = internal::RunCollective(
-              comm, args, {.segment_bytes = 64, .algorithm = std::string(a.name)});
-          traffic[r] = comm.traffic().of(a.kind);
-        });
-        for (int r = 0; r < p; ++r) {
-          ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
-          const std::vector<size_t> send_counts = counts_of(static_cast<size_t>(r), true);
-          const std::vector<size_t> recv_counts = counts_of(static_cast<size_t>(r), false);
-          model::RankCall call{
-              .kind = a.kind, .ranks = p, .rank = r, .root = root, .count = even.total, .elem = 4};
-          if (c.varied) {
-            call.count = 0;
-            call.send_counts = personal ? send_counts : counts;
-            call.recv_counts = recv_counts;
-          }
-          const std::optional<model::RankBytes> want = model::RankBytesOf(a.name, call);
-          ASSERT_TRUE(want.has_value()) << "model/rank_bytes.cpp has no row for " << what;
-          EXPECT_EQ(traffic[r].bytes_sent, want->sent) << "rank " << r;
-          EXPECT_EQ(traffic[r].bytes_received, want->received) << "rank " << r;
+        if (c.varied && internal::RecvIsPerRank(c.counts)) {
+          args.recv_counts = personal ? recv_counts : counts;
         }
+        const internal::CallCounts sizes =
+            c.varied ? internal::VariedCountsOf(c, args, comm.rank()) : even;
+        std::vector<float> in(sizes.send, 1.0f), out(sizes.recv, 0.0f);
+        args.send.data = in.data();
+        args.send.count = in.size();
+        args.recv.data = out.data();
+        args.recv.count = out.size();
+        status[r] = internal::RunCollective(
+            comm, args, {.segment_bytes = 64, .algorithm = std::string(a.name)});
+        traffic[r] = comm.traffic().of(a.kind);
+      });
+      for (int r = 0; r < p; ++r) {
+        ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+        const std::vector<size_t> send_counts = counts_of(static_cast<size_t>(r), true);
+        const std::vector<size_t> recv_counts = counts_of(static_cast<size_t>(r), false);
+        model::RankCall call{
+            .kind = a.kind, .ranks = p, .rank = r, .root = root, .count = even.total, .elem = 4};
+        if (c.varied) {
+          call.count = 0;
+          call.send_counts = personal ? send_counts : counts;
+          call.recv_counts = recv_counts;
+        }
+        const std::optional<model::RankBytes> want = model::RankBytesOf(a.name, call);
+        ASSERT_TRUE(want.has_value()) << "model/rank_bytes.cpp has no row for " << what;
+        EXPECT_EQ(traffic[r].bytes_sent - before[r].bytes_sent, want->sent) << "rank " << r;
+        EXPECT_EQ(traffic[r].bytes_received - before[r].bytes_received, want->received)
+            << "rank " << r;
+        EXPECT_EQ(traffic[r].calls - before[r].calls, 1u) << "rank " << r;
       }
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(TrafficMatchesModel, EveryAlgorithm,
+                         ::testing::ValuesIn(ModelledAlgorithms()), [](const auto& param_info) {
+                           const internal::AlgorithmInfo& a =
+                               internal::Algorithms()[param_info.param];
+                           return std::string(CollectiveKindName(a.kind)) + "_" +
+                                  std::string(a.name);
+                         });
 
 TEST(TrafficMatchesModel, TheSeedsFigures) {
   auto group = CreateLocalGroup(4, {.algorithm = "ring"});
