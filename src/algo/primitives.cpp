@@ -270,6 +270,10 @@ Status Channel::Reserve(int peer, void** slot) {
       peer, [&] { return (*slot = t_.TryReserve(peer)) != nullptr; }, "a slot released by");
 }
 
+Status Channel::AwaitCredit(int peer) {
+  return WaitFor(peer, [&] { return t_.TryCredit(peer); }, "a slot released by");
+}
+
 void Channel::Publish(int peer, const void* data, size_t n) {
   const size_t bytes = n * ctx_.elem_size;
   t_.Post(peer, Message{data, bytes, tag_});
@@ -279,8 +283,7 @@ void Channel::Publish(int peer, const void* data, size_t n) {
 Status Channel::SendCopy(int peer, const void* src, size_t n) {
   const size_t inline_bytes = t_.inline_bytes();
   if (inline_bytes > 0 && n * ctx_.elem_size <= inline_bytes) {  // Post copies it into the entry
-    CHORUS_RETURN_IF_ERROR(WaitFor(
-        peer, [&] { return t_.TryCredit(peer); }, "a slot released by"));
+    CHORUS_RETURN_IF_ERROR(AwaitCredit(peer));
     Publish(peer, src, n);
     return Status::Ok();
   }
@@ -297,8 +300,7 @@ Status Channel::SendCopy(int peer, const void* src, size_t n) {
 
 Status Channel::SendRef(int peer, const void* src, size_t n) {
   if (!t_.zero_copy()) return SendCopy(peer, src, n);
-  CHORUS_RETURN_IF_ERROR(WaitFor(
-      peer, [&] { return t_.TryCredit(peer); }, "a slot released by"));
+  CHORUS_RETURN_IF_ERROR(AwaitCredit(peer));
   Publish(peer, src, n);
   referenced_ = true;
   return Status::Ok();
@@ -321,11 +323,7 @@ Status Channel::SendToAll(const void* src, size_t n) {
   // too: the slot of `next` each one takes may be one an earlier shared message left to every
   // peer, which a rank that ran ahead (a broadcast's root) must not overwrite while a slower
   // peer still reads it.
-  for (int i = 2; i < p; ++i) {
-    const int q = (r + i) % p;
-    CHORUS_RETURN_IF_ERROR(WaitFor(
-        q, [&] { return t_.TryCredit(q); }, "a slot released by"));
-  }
+  for (int i = 2; i < p; ++i) CHORUS_RETURN_IF_ERROR(AwaitCredit((r + i) % p));
   if (n * ctx_.elem_size <= (16 << 10)) {
     for (int i = 1; i < p; ++i) CHORUS_RETURN_IF_ERROR(Send((r + i) % p, src, n));
     return Status::Ok();

@@ -91,6 +91,9 @@ class Channel {
   void Done(int peer, const Message& m);
   // A staging slot for the next message to `peer`.
   Status Reserve(int peer, void** slot);
+  // Room in `peer`'s ring for one more message that needs no staging slot (one held inline in
+  // its entry, or one the peer reads in place).
+  Status AwaitCredit(int peer);
   // Posts `n` elements at `data` (the reserved slot, or on a zero-copy transport memory that
   // stays unchanged until Flush(peer)) to `peer`.
   void Publish(int peer, const void* data, size_t n);
