@@ -80,11 +80,11 @@ TEST_P(ShmMatrix, ExactResults) {
   ExpectAllOk(exits);
 }
 
-INSTANTIATE_TEST_SUITE_P(Matrix, ShmMatrix,
-                         ::testing::ValuesIn(testing::MatrixGroupParams({1, 2, 3, 4, 5, 7, 8})),
-                         [](const auto& param_info) {
-                           return testing::MatrixGroupName(param_info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Matrix, ShmMatrix,
+    ::testing::ValuesIn(testing::MatrixGroupParams({1, 2, 3, 4, 5, 7, 8},
+                                                   testing::Grouping::kSmallAndBig)),
+    [](const auto& param_info) { return testing::MatrixGroupName(param_info.param); });
 
 // The direct all-gather posts one staging slot to every peer (Channel::SendToAll) and flushes
 // before it returns; calls with other algorithms on the same links then reuse those slots.

@@ -505,8 +505,10 @@ inline std::vector<std::string> RunMatrixCase(Communicator& comm, const MatrixPa
 // The thread and shm suites run the short count cases of one (kind, ranks, algorithm) as one
 // test on one communicator: a test's fixed cost (a process, a group of ranks, a segment) then
 // comes once instead of five times, and the calls in a row prove the ranks stay in step. The
-// long cases stay tests of their own. A failure names its count case.
-enum class CountGroup { kFew, kTinySegments, kBig };
+// long cases stay tests of their own. A failure names its count case. The shm suite, whose
+// fixed cost is the largest (p processes, a segment of p^2 links), runs the few and the tiny
+// segments as one group ("small").
+enum class CountGroup { kFew, kTinySegments, kBig, kSmall };
 
 // The count cases of a group. The sanitizer builds (SmallScale()) and the sleep-checked runs
 // leave out zero, eight and a thousand (see tests/CMakeLists.txt).
@@ -524,6 +526,11 @@ inline std::vector<CountCase> CasesOf(CountGroup group) {
       return {CountCase::kTinySegments};
     case CountGroup::kBig:
       return {CountCase::kBig};
+    case CountGroup::kSmall: {
+      std::vector<CountCase> small = CasesOf(CountGroup::kFew);
+      small.push_back(CountCase::kTinySegments);
+      return small;
+    }
   }
   return {};
 }
@@ -536,7 +543,7 @@ struct MatrixGroupParam {
 };
 
 inline std::string MatrixGroupName(const MatrixGroupParam& m) {
-  static const char* kGroups[] = {"few", "tinysegments", "big"};
+  static const char* kGroups[] = {"few", "tinysegments", "big", "small"};
   return std::string(CollectiveKindName(m.kind)) + "_" + m.algorithm + "_p" +
          std::to_string(m.ranks) + "_" + kGroups[static_cast<int>(m.group)];
 }
@@ -544,14 +551,22 @@ inline std::string MatrixGroupName(const MatrixGroupParam& m) {
 inline void PrintTo(const MatrixGroupParam& m, std::ostream* os) { *os << MatrixGroupName(m); }
 
 // Every algorithm of every collective at each rank count and count group (a barrier has no
-// counts: the few group alone, which runs it once per case).
-inline std::vector<MatrixGroupParam> MatrixGroupParams(const std::vector<int>& ranks) {
+// counts: the first group alone, which runs it once per case). `grouping`: few, tiny segments
+// and big, or small (few and tiny segments together) and big.
+enum class Grouping { kThree, kSmallAndBig };
+
+inline std::vector<MatrixGroupParam> MatrixGroupParams(const std::vector<int>& ranks,
+                                                       Grouping grouping = Grouping::kThree) {
+  const std::vector<CountGroup> groups =
+      grouping == Grouping::kThree
+          ? std::vector<CountGroup>{CountGroup::kFew, CountGroup::kTinySegments, CountGroup::kBig}
+          : std::vector<CountGroup>{CountGroup::kSmall, CountGroup::kBig};
   std::vector<MatrixGroupParam> params;
   for (const internal::AlgorithmInfo& algorithm : internal::Algorithms()) {
     const bool counted = internal::Collective(algorithm.kind).counts != internal::Counts::kNone;
     for (int p : ranks) {
-      for (CountGroup g : {CountGroup::kFew, CountGroup::kTinySegments, CountGroup::kBig}) {
-        if (!counted && g != CountGroup::kFew) continue;
+      for (CountGroup g : groups) {
+        if (!counted && g != groups.front()) continue;
         params.push_back({algorithm.kind, p, g, std::string(algorithm.name)});
       }
     }
