@@ -271,7 +271,8 @@ Status Channel::Reserve(int peer, void** slot) {
 }
 
 Status Channel::AwaitCredit(int peer) {
-  return WaitFor(peer, [&] { return t_.TryCredit(peer); }, "a slot released by");
+  return WaitFor(
+      peer, [&] { return t_.TryCredit(peer); }, "a slot released by");
 }
 
 void Channel::Publish(int peer, const void* data, size_t n) {

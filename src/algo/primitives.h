@@ -91,8 +91,9 @@ class Channel {
   void Done(int peer, const Message& m);
   // A staging slot for the next message to `peer`.
   Status Reserve(int peer, void** slot);
-  // Room in `peer`'s ring for one more message that needs no staging slot (one held inline in
-  // its entry, or one the peer reads in place).
+  // A credit on the link to `peer`: room in its ring for one more message, so the oldest
+  // message on it, and the staging slot that message used, are released. Enough for a message
+  // that takes no slot (one held inline in its entry, or one the peer reads in place).
   Status AwaitCredit(int peer);
   // Posts `n` elements at `data` (the reserved slot, or on a zero-copy transport memory that
   // stays unchanged until Flush(peer)) to `peer`.

@@ -193,10 +193,10 @@ std::string RandomName() {
 // segment's mapping (madvise changes no byte).
 void Prefault(std::byte* p, size_t bytes, bool write) {
   if (bytes == 0) return;
+#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
   const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{kPage - 1};
   const uintptr_t end =
       (reinterpret_cast<uintptr_t>(p) + bytes + kPage - 1) & ~uintptr_t{kPage - 1};
-#if defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
   if (madvise(reinterpret_cast<void*>(first), end - first,
               write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) == 0) {
     return;
