@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "transport/control.h"
 
@@ -115,6 +116,88 @@ TEST(Mailbox, SmallMessagesTravelInsideTheirEntry) {
     pair->ab.Release(kDepth);
   }
   EXPECT_TRUE(pair->ab.Drained());
+}
+
+// The entry carries a tag as its call index and a digest of the rest. A tag that differs from
+// the expected one in any single field must still come out whole and exact: the receiver
+// reads it from `tags` and can say how the calls differ.
+TEST(Mailbox, ATagThatIsNotTheExpectedOneArrivesWhole) {
+  CallTag base;
+  base.call_index = 41;
+  base.count = 1 << 20;
+  base.kind = CollectiveKind::kAllGather;
+  base.dtype = DataType::kFloat64;
+  base.op = ReduceOp::kMax;
+  base.algorithm = 3;
+  base.root = 2;
+  base.layout = 12345;
+  std::vector<CallTag> others;
+  for (int field = 0; field < 8; ++field) {
+    for (uint64_t delta : {uint64_t{1}, uint64_t{2}, uint64_t{1} << 31, ~uint64_t{0}}) {
+      CallTag t = base;
+      switch (field) {
+        case 0:
+          t.call_index += delta;
+          break;
+        case 1:
+          t.count += delta;
+          break;
+        case 2:
+          t.kind = static_cast<CollectiveKind>(static_cast<uint8_t>(t.kind) ^ delta);
+          break;
+        case 3:
+          t.dtype = static_cast<DataType>(static_cast<uint8_t>(t.dtype) ^ delta);
+          break;
+        case 4:
+          t.op = static_cast<ReduceOp>(static_cast<uint8_t>(t.op) ^ delta);
+          break;
+        case 5:
+          t.algorithm = static_cast<uint8_t>(t.algorithm ^ delta);
+          break;
+        case 6:
+          t.root = static_cast<uint32_t>(t.root ^ delta);
+          break;
+        default:
+          t.layout += delta;
+          break;
+      }
+      if (t == base) continue;  // a delta that left an 8-bit field as it was
+      others.push_back(t);
+      if (t.call_index == base.call_index) {
+        EXPECT_NE(TagDigest(t), TagDigest(base)) << "field " << field << " delta " << delta;
+      }
+    }
+  }
+  auto pair = std::make_unique<Pair>();
+  const uint8_t payload[Mailbox::kInlineBytes] = {1, 2, 3};
+  for (const CallTag& sent : others) {
+    for (const bool in_entry : {true, false}) {
+      if (in_entry) {
+        pair->ab.PostInline(payload, sizeof payload, sent, 0, kDepth);
+      } else {
+        pair->ab.Post({8, 16, sent}, 0, kDepth);
+      }
+      WireMessage m;
+      uint64_t ack = 0;
+      const void* data = nullptr;
+      ASSERT_TRUE(pair->ab.Peek(&m, &ack, kDepth, &data, &base));
+      EXPECT_EQ(m.tag, sent);
+      EXPECT_FALSE(m.tag == base);
+      EXPECT_EQ(data != nullptr, in_entry);
+      pair->ab.Release(kDepth);
+    }
+  }
+  // The expected tag comes back equal, and so does any tag with no expectation given.
+  for (const CallTag* expect :
+       {static_cast<const CallTag*>(&base), static_cast<const CallTag*>(nullptr)}) {
+    pair->ab.PostInline(payload, 0, base, 0, kDepth);
+    WireMessage m;
+    uint64_t ack = 0;
+    const void* data = nullptr;
+    ASSERT_TRUE(pair->ab.Peek(&m, &ack, kDepth, &data, expect));
+    EXPECT_EQ(m.tag, base);
+    pair->ab.Release(kDepth);
+  }
 }
 
 // Stamps and acks keep their low 32 bits: past 2^32 messages each way, messages still arrive

@@ -273,8 +273,8 @@ TEST(TcpLink, WhatAPeerSentBeforeItHungUpIsReadAfterASendToItFails) {
   }));
   for (int i = 0; i < kMessages; ++i) {
     internal::Message m;
-    ASSERT_TRUE(Eventually([&] { return zero.TryPeek(1, &m) || !zero.PeerAlive(1); }));
-    ASSERT_TRUE(zero.PeerAlive(1) || zero.TryPeek(1, &m))
+    ASSERT_TRUE(Eventually([&] { return zero.TryPeek(1, &m, nullptr) || !zero.PeerAlive(1); }));
+    ASSERT_TRUE(zero.PeerAlive(1) || zero.TryPeek(1, &m, nullptr))
         << "message " << i << " lost: " << zero.DescribeDeath(1);
     EXPECT_EQ(m.bytes, kBytes);
     EXPECT_EQ(m.tag.call_index, uint64_t(i));

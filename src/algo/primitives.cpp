@@ -164,7 +164,7 @@ Status Channel::AwaitEntered(int peer) {
   // broadcast's root each returned after their part), which a call of messages would have
   // found in its first wait. Left over from a rejected call, it is dropped, as Await does.
   Message m;
-  while (t_.TryPeek(peer, &m) && m.tag.call_index < call) {
+  while (t_.TryPeek(peer, &m, &tag_) && m.tag.call_index < call) {
     if (!t_.Abandoned(m.tag.call_index)) return CallsDiffer(peer, m.tag, tag_);
     t_.Release(peer);
   }
@@ -186,7 +186,7 @@ Status Channel::Await(int peer, size_t n, Message* m) {
   const uint64_t call = ctx_.tag.call_index;
   for (;;) {
     CHORUS_RETURN_IF_ERROR(WaitFor(
-        peer, [&] { return t_.TryPeek(peer, m); }, "data from"));
+        peer, [&] { return t_.TryPeek(peer, m, &tag_); }, "data from"));
     // A message that arrived after the group failed may point into a buffer its owner is about
     // to take back: leave it alone.
     if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);

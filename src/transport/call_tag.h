@@ -39,6 +39,20 @@ inline void PackTag(const CallTag& tag, uint64_t words[Beacon::kCallWords]) {
   words[3] = tag.layout;
 }
 
+// 64 bits that stand for all of `tag` but its call index, for a ring entry that has no room
+// for the whole tag (Mailbox). Each step below is a bijection of the one word it mixes in, so
+// two tags that differ in one word of PackTag's (the count, the layout, or the word of kind,
+// type, op, algorithm and root) always differ here; tags that differ in more than one collide
+// with a chance of about 2^-64.
+inline uint64_t TagDigest(const CallTag& tag) {
+  uint64_t words[Beacon::kCallWords];
+  PackTag(tag, words);
+  uint64_t h = words[1] * 0x9e37'79b9'7f4a'7c15;
+  h = ((h ^ (h >> 29)) ^ words[2]) * 0xbf58'476d'1ce4'e5b9;
+  h = ((h ^ (h >> 32)) ^ words[3]) * 0x94d0'49bb'1331'11eb;
+  return h ^ (h >> 31);
+}
+
 // False when the words name no collective, type or op (a peer of another version).
 bool UnpackTag(const uint64_t words[Beacon::kCallWords], CallTag* tag);
 

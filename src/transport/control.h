@@ -52,14 +52,18 @@ struct WireMessage {
 // fewer on the path of every small call (docs/waiting.md, "A small message's cost"). The stamp
 // and the ack keep their low 32 bits to make room: the stamp an entry holds differs from the
 // one awaited by `depth`, and an ack lies within `depth` of `head`, so neither is ambiguous.
+// The entry carries the call tag as its call index and a digest of the rest (TagDigest), which
+// leaves room for 32 bytes, a 2-rank 32-byte all-reduce's whole message. The whole tag waits in
+// `tags`, on lines the receiver reads only when the entry is not of the call it expects.
 struct Mailbox {
-  static constexpr size_t kInlineBytes = 16;
+  static constexpr size_t kInlineBytes = 32;
 
   struct alignas(64) Entry {
     std::atomic<uint32_t> stamp{0};  // low 32 bits of message number + 1, stored last
     uint32_t ack = 0;                // low 32 bits of the sender's `tail` on the mailbox back to it
-    uint64_t bytes = 0;  // with kInline set, the payload is `body`; else `body` holds `where`
-    CallTag tag;
+    uint64_t bytes = 0;       // with kInline set, the payload is `body`; else `body` holds `where`
+    uint64_t call_index = 0;  // the message's tag: its call index
+    uint64_t digest = 0;      // and TagDigest of the rest
     alignas(8) std::byte body[kInlineBytes] = {};
   };
   static_assert(sizeof(Entry) == 64, "a ring entry is one cache line");
@@ -70,6 +74,7 @@ struct Mailbox {
   mutable uint64_t tail_seen = 0;
   alignas(64) std::atomic<uint64_t> tail{0};  // messages released; written by the receiver
   Entry ring[kMaxPipelineDepth];
+  CallTag tags[kMaxPipelineDepth];  // the whole tag of the message in ring[i]
 
   // Sender side.
   bool HasCredit(int depth) const {
@@ -84,7 +89,7 @@ struct Mailbox {
     CHORUS_CHECK_LT(m.bytes, kInline);
     Entry& entry = Claim(depth);
     entry.bytes = m.bytes;
-    entry.tag = m.tag;
+    SetTag(entry, m.tag);
     std::memcpy(entry.body, &m.where, sizeof m.where);
     Stamp(entry, ack);
   }
@@ -93,7 +98,7 @@ struct Mailbox {
     CHORUS_CHECK_LE(bytes, kInlineBytes);
     Entry& entry = Claim(depth);
     entry.bytes = bytes | kInline;
-    entry.tag = tag;
+    SetTag(entry, tag);
     if (bytes > 0) std::memcpy(entry.body, data, bytes);
     Stamp(entry, ack);
   }
@@ -115,12 +120,18 @@ struct Mailbox {
   // `*ack` is the entry's ack for the reverse mailbox (see Acked). A message posted inline
   // comes with `*inline_data` pointing at its bytes inside the entry, which stay there until
   // Release; otherwise `*inline_data` is null and `m->where` says where the message is.
-  bool Peek(WireMessage* m, uint64_t* ack, int depth, const void** inline_data = nullptr) const {
+  // `expect`, if not null, is the tag the receiver expects: an entry of that call whose digest
+  // matches it takes it as its tag, and any other reads the whole tag from `tags`.
+  bool Peek(WireMessage* m, uint64_t* ack, int depth, const void** inline_data = nullptr,
+            const CallTag* expect = nullptr) const {
     const uint64_t t = tail.load(std::memory_order_relaxed);
-    const Entry& entry = ring[t % static_cast<uint64_t>(depth)];
+    const uint64_t i = t % static_cast<uint64_t>(depth);
+    const Entry& entry = ring[i];
     if (entry.stamp.load(std::memory_order_acquire) != static_cast<uint32_t>(t + 1)) return false;
     *ack = entry.ack;
-    m->tag = entry.tag;
+    const bool expected = expect != nullptr && entry.call_index == expect->call_index &&
+                          entry.digest == TagDigest(*expect);
+    m->tag = expected ? *expect : tags[i];
     m->bytes = entry.bytes & ~kInline;
     const bool in_entry = (entry.bytes & kInline) != 0;
     CHORUS_CHECK(!in_entry || inline_data != nullptr);
@@ -142,6 +153,13 @@ struct Mailbox {
   Entry& Claim(int depth) {
     CHORUS_CHECK(HasCredit(depth));  // callers reserve first
     return ring[head.load(std::memory_order_relaxed) % static_cast<uint64_t>(depth)];
+  }
+  // The sender writes `tags` before the stamp that publishes the entry, and again only after
+  // the receiver released it.
+  void SetTag(Entry& entry, const CallTag& tag) {
+    entry.call_index = tag.call_index;
+    entry.digest = TagDigest(tag);
+    tags[&entry - ring] = tag;
   }
   void Stamp(Entry& entry, uint64_t ack) {
     const uint64_t h = head.load(std::memory_order_relaxed);

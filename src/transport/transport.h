@@ -97,8 +97,11 @@ class Transport {
   // or when copies_at_post() (after TryReserve), or for at most inline_bytes() (after
   // TryCredit), memory of the caller's read only during Post.
   virtual void Post(int peer, const Message& m) = 0;
-  // The oldest unreleased message from `peer`, if one has arrived.
-  virtual bool TryPeek(int peer, Message* m) = 0;
+  // The oldest unreleased message from `peer`, if one has arrived. `expect`, if not null, is the
+  // tag the caller expects: thread and shm ranks carry a digest of the tag in the message's
+  // line and read the whole tag only when it is not that one. `m->tag` is the message's either
+  // way.
+  virtual bool TryPeek(int peer, Message* m, const CallTag* expect) = 0;
   // Releases the message TryPeek(peer) returned.
   virtual void Release(int peer) = 0;
   // True when `peer` has released every message posted to it.

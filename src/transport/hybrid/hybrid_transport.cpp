@@ -29,9 +29,9 @@ void HybridTransport::Post(int peer, const Message& m) {
   l >= 0 ? shm_->Post(l, m) : tcp_->Post(peer, m);
 }
 
-bool HybridTransport::TryPeek(int peer, Message* m) {
+bool HybridTransport::TryPeek(int peer, Message* m, const CallTag* expect) {
   const int l = Local(peer);
-  return l >= 0 ? shm_->TryPeek(l, m) : tcp_->TryPeek(peer, m);
+  return l >= 0 ? shm_->TryPeek(l, m, expect) : tcp_->TryPeek(peer, m, expect);
 }
 
 void HybridTransport::Release(int peer) {

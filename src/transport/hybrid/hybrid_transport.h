@@ -37,7 +37,7 @@ class HybridTransport final : public Transport {
   bool TryCredit(int peer) override;
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
-  bool TryPeek(int peer, Message* m) override;
+  bool TryPeek(int peer, Message* m, const CallTag* expect) override;
   void Release(int peer) override;
   bool Drained(int peer) override;
   bool PeerAlive(int peer) override;

@@ -359,7 +359,7 @@ void MpiTransport::Post(int peer, const Message& m) {
   if (rc != MPI_SUCCESS) FailMpi("MPI_Isend to rank " + std::to_string(peer), rc);
 }
 
-bool MpiTransport::TryPeek(int peer, Message* m) {
+bool MpiTransport::TryPeek(int peer, Message* m, const CallTag* /*expect*/) {
   Link* link = RecvLink(peer);
   if (link == nullptr) return false;
   if (!link->head_ready) {

@@ -91,7 +91,7 @@ class MpiTransport final : public ControlledTransport {
   bool TryCredit(int peer) override;
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
-  bool TryPeek(int peer, Message* m) override;
+  bool TryPeek(int peer, Message* m, const CallTag* expect) override;
   void Release(int peer) override;
   // True when every message posted to `peer` has completed its send: the slots are free. With
   // copies in staging nothing of the caller's is referenced, so that is all a caller needs.

@@ -20,7 +20,7 @@
 namespace chorus::internal {
 namespace {
 
-constexpr uint64_t kMagic = 0x6368'6f72'7573'0002;  // "chorus", layout version 2
+constexpr uint64_t kMagic = 0x6368'6f72'7573'0003;  // "chorus", layout version 3
 constexpr size_t kPage = 4096;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -380,11 +380,11 @@ void ShmTransport::Post(int peer, const Message& m) {
   control_.bell(peer).Ring();
 }
 
-bool ShmTransport::TryPeek(int peer, Message* m) {
+bool ShmTransport::TryPeek(int peer, Message* m, const CallTag* expect) {
   WireMessage w;
   uint64_t ack = 0;
   const void* in_entry = nullptr;
-  if (!box(peer, rank_).Peek(&w, &ack, depth_, &in_entry)) return false;
+  if (!box(peer, rank_).Peek(&w, &ack, depth_, &in_entry, expect)) return false;
   box(rank_, peer).Acked(ack);
   if (in_entry != nullptr) {  // the entry lies in this rank's mapping of the segment
     *m = Message{in_entry, w.bytes, w.tag};

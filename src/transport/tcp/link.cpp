@@ -79,7 +79,7 @@ void TcpTransport::KeepRestInSlot(Link& l, uint64_t frame, const std::byte* call
   }
 }
 
-bool TcpTransport::TryPeek(int peer, Message* m) {
+bool TcpTransport::TryPeek(int peer, Message* m, const CallTag* /*expect*/) {
   if (!Usable(peer)) return false;
   Link& l = link(peer);
   const uint64_t next = l.released.load(std::memory_order_relaxed);

@@ -94,11 +94,13 @@ void ThreadTransport::Post(int peer, const Message& m) {
   control_.bell(peer).Ring();
 }
 
-bool ThreadTransport::TryPeek(int peer, Message* m) {
+bool ThreadTransport::TryPeek(int peer, Message* m, const CallTag* expect) {
   WireMessage w;
   uint64_t ack = 0;
   const void* in_entry = nullptr;
-  if (!group_->link(peer, rank_).box.Peek(&w, &ack, group_->depth(), &in_entry)) return false;
+  if (!group_->link(peer, rank_).box.Peek(&w, &ack, group_->depth(), &in_entry, expect)) {
+    return false;
+  }
   group_->link(rank_, peer).box.Acked(ack);
   const void* data = in_entry != nullptr ? in_entry : reinterpret_cast<const void*>(w.where);
   *m = Message{data, w.bytes, w.tag};
