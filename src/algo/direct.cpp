@@ -6,14 +6,6 @@
 #include "algo/plan.h"
 
 namespace chorus::internal {
-namespace {
-
-Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
-  return Status::Ok();
-}
-
-}  // namespace
 
 // Works block by block so the partial result stays in L1 between operands.
 Status ReduceInRankOrder(Channel& ch, void* out, const void* mine, size_t n, bool peers_read_out) {

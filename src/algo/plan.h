@@ -17,6 +17,7 @@
 #include <span>
 #include <type_traits>
 
+#include "algo/primitives.h"
 #include "base/check.h"
 
 namespace chorus::internal {
@@ -81,6 +82,11 @@ T* Advance(T* base, size_t elems, size_t elem_size) {
 // What every algorithm does on a single rank: the result is the input.
 inline void CopyUnlessInPlace(const void* send, void* recv, size_t bytes) {
   if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+}
+// The same, for `count` elements of the call.
+inline Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
+  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
+  return Status::Ok();
 }
 
 }  // namespace chorus::internal

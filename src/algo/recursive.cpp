@@ -40,11 +40,6 @@ class Fold {
 
 int Log2(int power_of_two) { return std::countr_zero(static_cast<unsigned>(power_of_two)); }
 
-Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
-  return Status::Ok();
-}
-
 // Combines the run `theirs` (from `peer`) with the same elements of `mine` into `recv`, the
 // lower rank's operand on the left; `last` applies the kernel's finish (kAvg divides).
 class Combine {

@@ -40,11 +40,6 @@ class Layout {
   Partition part_;
 };
 
-Status CopyLocal(const CallContext& ctx, const void* send, void* recv, size_t count) {
-  CopyUnlessInPlace(send, recv, count * ctx.elem_size);
-  return Status::Ok();
-}
-
 // The shared halves of the schedules, for one segment. Each primitive is one step of the
 // error messages' "step k of n": p primitives per segment for reduce-scatter and all-gather,
 // 2p-1 for all-reduce.

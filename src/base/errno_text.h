@@ -7,6 +7,7 @@
 // Thread safety: safe from any thread.
 #pragma once
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -16,5 +17,8 @@ inline std::string ErrnoText(int err) {
   const char* text = strerrordesc_np(err);
   return text != nullptr ? std::string(text) : "errno " + std::to_string(err);
 }
+
+// "what: <errno as text>", for the call that just failed: Errno("bind").
+inline std::string Errno(const char* what) { return std::string(what) + ": " + ErrnoText(errno); }
 
 }  // namespace chorus::internal

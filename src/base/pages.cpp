@@ -11,10 +11,6 @@
 namespace chorus::internal {
 namespace {
 
-constexpr size_t kPage = 4096;
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
 // One store per page. Not instrumented for TSan: the memory is new and already zero, and it is
 // shared only later, through the owner's own synchronisation (a link publishes its slots with a
 // seq_cst store); instrumented, every page would also fault in TSan's shadow of it, which made

@@ -14,6 +14,11 @@
 
 namespace chorus::internal {
 
+inline constexpr size_t kPage = 4096;
+
+// n rounded up to a multiple of `to`.
+constexpr size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 class TouchedPages {
  public:
   TouchedPages() = default;

@@ -24,7 +24,7 @@ int PowerOfTwoFloor(int p) { return 1 << Log2Floor(p); }
 int Log2Ceil(int p) { return PowerOfTwoFloor(p) == p ? Log2Floor(p) : Log2Floor(p) + 1; }
 
 // The fold of the power-of-two algorithms: one step in (n bytes, reduced), one step out.
-AlgorithmTerms Fold(int p) {
+AlgorithmTerms FoldTerms(int p) {
   if (PowerOfTwoFloor(p) == p) return {};
   return {.steps = 2, .sent = 2, .reduced = 1};
 }
@@ -61,14 +61,14 @@ AlgorithmTerms RingAllReduceTerms(int p) {
 // Recursive doubling over p' = 2^L ranks: L exchanges of the whole buffer, each reduced.
 AlgorithmTerms RecursiveDoublingAllReduceTerms(int p) {
   const double l = Log2Floor(p);
-  return Plus({.steps = l, .sent = l, .reduced = l}, Fold(p));
+  return Plus({.steps = l, .sent = l, .reduced = l}, FoldTerms(p));
 }
 
 // Recursive-halving reduce-scatter + recursive-doubling all-gather over p' ranks.
 AlgorithmTerms RabenseifnerAllReduceTerms(int p) {
   const double q = PowerOfTwoFloor(p);
   const double share = (q - 1) / q;
-  return Plus({.steps = 2.0 * Log2Floor(p), .sent = 2 * share, .reduced = share}, Fold(p));
+  return Plus({.steps = 2.0 * Log2Floor(p), .sent = 2 * share, .reduced = share}, FoldTerms(p));
 }
 
 // --- reduce-scatter

@@ -68,14 +68,14 @@ RankBytes DirectAllReduce(const Shape& s) {
 // The recursive all-reduces run among p' = the largest power of two <= p ranks; with
 // rem = p - p', each even rank below 2 rem hands its whole input to the odd rank above it and
 // gets the whole result back (algo/recursive.h).
-struct Fold {
+struct RankFold {
   int group;
   int extra;
   bool hands_over;
   bool absorbs;
   int index;  // the rank's place among the p'
 };
-Fold FoldOf(const Shape& s) {
+RankFold FoldOf(const Shape& s) {
   int group = 1;
   while (2 * group <= s.p) group *= 2;
   const int extra = s.p - group;
@@ -84,7 +84,7 @@ Fold FoldOf(const Shape& s) {
 }
 // Recursive doubling: the whole buffer each way in each of lg p' steps.
 RankBytes RecursiveDoubling(const Shape& s) {
-  const Fold f = FoldOf(s);
+  const RankFold f = FoldOf(s);
   if (f.hands_over) return {s.n, s.n};
   int steps = 0;
   for (int m = 1; m < f.group; m *= 2) ++steps;
@@ -95,7 +95,7 @@ RankBytes RecursiveDoubling(const Shape& s) {
 // sends every chunk but its own and receives, at each mask m, the m chunks it keeps; doubling
 // sends those ranges back and receives their siblings, every chunk but its own.
 RankBytes Rabenseifner(const Shape& s) {
-  const Fold f = FoldOf(s);
+  const RankFold f = FoldOf(s);
   if (f.hands_over) return {s.n, s.n};
   const auto g = static_cast<uint64_t>(f.group);
   const auto chunk = [&](uint64_t c) { return s.n / g + (c < s.n % g ? 1 : 0); };
@@ -169,9 +169,7 @@ RankBytes OwnBlockToAll(const Shape& s) { return {(s.p - 1) * s.At(s.r), s.total
 // The ring all-gather-v forwards every block but the next rank's (which that rank has).
 RankBytes RingGatherV(const Shape& s) { return {s.total - s.At(s.r + 1), s.total - s.At(s.r)}; }
 // Block q to rank q; p - 1 copies of its own block in, to reduce.
-RankBytes BlockToEachOwner(const Shape& s) {
-  return {s.total - s.At(s.r), (s.p - 1) * s.At(s.r)};
-}
+RankBytes BlockToEachOwner(const Shape& s) { return {s.total - s.At(s.r), (s.p - 1) * s.At(s.r)}; }
 // The ring reduce-scatter-v sends every block but its own and receives every block but the
 // previous rank's.
 RankBytes RingScatterV(const Shape& s) { return {s.total - s.At(s.r), s.total - s.At(s.r - 1)}; }

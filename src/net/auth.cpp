@@ -28,7 +28,7 @@
 namespace chorus::internal {
 namespace {
 
-constexpr uint32_t kMagic = 0x43485241;  // "CHRA"
+constexpr uint32_t kAuthMagic = 0x43485241;  // "CHRA"
 constexpr uint16_t kVersion = 1;
 constexpr size_t kHeaderBytes = 8;  // magic u32 | version u16 | claim_len or zero u16
 constexpr size_t kNonceBytes = 32;
@@ -57,7 +57,7 @@ void EnsureSodium() {
 
 std::string Header(uint16_t last) {
   std::string out;
-  PutU32(&out, kMagic);
+  PutU32(&out, kAuthMagic);
   PutU16(&out, kVersion);
   PutU16(&out, last);
   return out;
@@ -246,7 +246,7 @@ Status Handshake::Feed(const void* data, size_t n) {
                           step_ == Step::kAwaitHeader;
   if (has_header && before < 4) {
     std::string magic;
-    PutU32(&magic, kMagic);
+    PutU32(&magic, kAuthMagic);
     const size_t have = std::min<size_t>(in_.size(), 4);
     if (std::memcmp(in_.data(), magic.data(), have) != 0) {
       return Fail(Unavailable("handshake: bad magic (received " + Hex(in_.data(), have) +

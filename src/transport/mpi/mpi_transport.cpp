@@ -10,6 +10,7 @@
 
 #include "base/check.h"
 #include "base/collectives.h"
+#include "base/pages.h"
 #include "base/wait.h"
 #include "transport/mpi/mpi_notice.h"
 
@@ -46,9 +47,6 @@ struct Header {
   }
 };
 static_assert(sizeof(Header) <= kHeaderBytes && std::is_trivial_v<Header>);
-
-constexpr size_t kPage = 4096;
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 

@@ -16,16 +16,12 @@
 
 #include "base/check.h"
 #include "base/errno_text.h"
+#include "base/pages.h"
 
 namespace chorus::internal {
 namespace {
 
-constexpr uint64_t kMagic = 0x6368'6f72'7573'0003;  // "chorus", layout version 3
-constexpr size_t kPage = 4096;
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-std::string Errno(const char* what) { return std::string(what) + ": " + ErrnoText(errno); }
+constexpr uint64_t kSegmentMagic = 0x6368'6f72'7573'0003;  // "chorus", layout version 3
 
 // Written by rank 0 before the name is published; checked by every rank that attaches.
 struct Prelude {
@@ -37,10 +33,10 @@ struct Prelude {
   std::atomic<int32_t> attached;
 };
 
-struct Layout {
+struct SegmentLayout {
   size_t control, mailboxes, staging, total;
 
-  Layout(int p, int depth, size_t slot_bytes) {
+  SegmentLayout(int p, int depth, size_t slot_bytes) {
     const auto pairs = static_cast<size_t>(p) * static_cast<size_t>(p);
     control = RoundUp(sizeof(Prelude), 64);
     mailboxes = control + RoundUp(Control::Bytes(p), 64);
@@ -215,7 +211,7 @@ void Prefault(std::byte* p, size_t bytes, bool write) {
 
 Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig& config,
                                               const std::string& shm_dir) {
-  const Layout layout(config.size, config.depth, config.slot_bytes);
+  const SegmentLayout layout(config.size, config.depth, config.slot_bytes);
   std::unique_ptr<ShmSegment> segment;
   if (config.rank == 0) {
     const std::string sizing = std::to_string(config.size) + " x " + std::to_string(config.size) +
@@ -229,7 +225,7 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig&
     }
     segment = std::move(created).value();
     new (segment->data())
-        Prelude{kMagic, config.size, config.depth, config.slot_bytes, layout.total, {0}};
+        Prelude{kSegmentMagic, config.size, config.depth, config.slot_bytes, layout.total, {0}};
     Control::Create(segment->data() + layout.control, config.size);
     for (size_t i = 0; i < static_cast<size_t>(config.size) * config.size; ++i) {
       new (segment->data() + layout.mailboxes + i * sizeof(Mailbox)) Mailbox();
@@ -249,7 +245,7 @@ Result<std::unique_ptr<Transport>> ConnectShm(Store& store, const ConnectConfig&
     if (!opened.ok()) return opened.status();
     segment = std::move(opened).value();
     const auto* prelude = reinterpret_cast<const Prelude*>(segment->data());
-    if (segment->bytes() != layout.total || prelude->magic != kMagic ||
+    if (segment->bytes() != layout.total || prelude->magic != kSegmentMagic ||
         prelude->size != config.size || prelude->depth != config.depth ||
         prelude->slot_bytes != config.slot_bytes) {
       return FailedPrecondition("Create: shm segment " + name +
@@ -317,13 +313,13 @@ ShmTransport::ShmTransport(std::unique_ptr<ShmSegment> segment, const ConnectCon
                            std::vector<int> peer_pidfds)
     : ControlledTransport(
           *Control::At(segment->data() +
-                       Layout(config.size, config.depth, config.slot_bytes).control),
+                       SegmentLayout(config.size, config.depth, config.slot_bytes).control),
           config.rank),
       segment_(std::move(segment)),
       base_(segment_->data()),
       boxes_(reinterpret_cast<Mailbox*>(
-          base_ + Layout(config.size, config.depth, config.slot_bytes).mailboxes)),
-      staging_(base_ + Layout(config.size, config.depth, config.slot_bytes).staging),
+          base_ + SegmentLayout(config.size, config.depth, config.slot_bytes).mailboxes)),
+      staging_(base_ + SegmentLayout(config.size, config.depth, config.slot_bytes).staging),
       size_(config.size),
       slot_bytes_(config.slot_bytes),
       depth_(config.depth),

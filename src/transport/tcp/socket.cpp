@@ -16,8 +16,6 @@
 
 namespace chorus::internal::tcp {
 
-std::string Errno(const char* what) { return std::string(what) + ": " + ErrnoText(errno); }
-
 Result<Address> ParseAddress(const std::string& text) {
   const size_t colon = text.rfind(':');
   Address a;

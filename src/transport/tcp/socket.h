@@ -10,13 +10,11 @@
 #include <cstdint>
 #include <string>
 
+#include "base/errno_text.h"  // Errno, for the TCP sources
 #include "base/unique_fd.h"
 #include "chorus/status.h"
 
 namespace chorus::internal::tcp {
-
-// "<what>: <errno's text>".
-std::string Errno(const char* what);
 
 struct Address {
   sockaddr_in addr{};

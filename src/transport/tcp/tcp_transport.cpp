@@ -24,7 +24,6 @@ namespace chorus::internal {
 namespace {
 
 using tcp::Address;
-using tcp::Errno;
 using tcp::Hex64;
 using tcp::Listen;
 using tcp::ParseAddress;
@@ -331,8 +330,7 @@ void TcpTransport::FlushBeforeClosing(Clock::time_point until) {
         std::lock_guard<std::mutex> lock(l.send_mu);
         result = FlushLocked(l);
       }
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
       if (result != Flush::kBlocked || left <= 0) break;
       pollfd writable{.fd = l.fd, .events = POLLOUT, .revents = 0};
       if (poll(&writable, 1, static_cast<int>(left)) <= 0) break;
