@@ -113,6 +113,31 @@ TEST(OwnCpu, OnlyARankBoundToACpuNoOtherRankOfItsHostIsBoundTo) {
   EXPECT_EQ(internal::OwnCpu(hosts, 4), -1);
 }
 
+// Ranks bound each to a CPU of its own have a core each, though each may run on one CPU only;
+// ranks bound to one CPU share it; unbound ranks count the CPUs they may run on.
+TEST(JobCores, CountsTheCpusTheRanksOfEachHostRunOn) {
+  auto member = [](const std::string& host, int cpus, const std::string& caps) {
+    internal::MemberRecord m;
+    m.host = host;
+    m.cpus = cpus;
+    m.caps = caps;
+    return m;
+  };
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=0"), member("a", 1, "cpu=1")}), 2);
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=0"), member("a", 1, "cpu=0")}), 1);
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=0"), member("a", 1, "cpu=0"),
+                                member("a", 1, "cpu=1"), member("a", 1, "cpu=1")}),
+            2);
+  EXPECT_EQ(internal::JobCores({member("a", 8, ""), member("a", 4, "aesgcm")}), 4);
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=3"), member("a", 2, "")}), 2);
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=3"), member("a", 0, "")}), 1);
+  EXPECT_EQ(internal::JobCores({member("a", 0, ""), member("a", 0, "")}), 1);
+  // Summed over hosts: two bound ranks on "a", two unbound ranks on "b" that may use 16 CPUs.
+  EXPECT_EQ(internal::JobCores({member("a", 1, "cpu=0"), member("a", 1, "cpu=1"),
+                                member("b", 16, ""), member("b", 16, "")}),
+            18);
+}
+
 TEST(JobIsolation, InterleavedJobsWithoutIdsFailFastAndNeverMix) {
   const testing::TempDir dir;
   const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
@@ -267,7 +292,8 @@ TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
       return "";
     }
     if (comm.ok()) return "the second job formed a communicator";
-    if (seconds > testing::kPromptSeconds) return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
+    if (seconds > testing::kPromptSeconds)
+      return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
     const std::string want = i == 2 ? "another job serving its store on this port"
                                     : "is served by rank 0 of another job";
     return comm.status().message().find(want) == std::string::npos

@@ -136,24 +136,6 @@ Result<model::Tuning> AgreeOnTuning(Store& scoped, const CommOptions& options, D
   return tuning;
 }
 
-// The cores the job's ranks share: on each host the CPUs its ranks may run on (the fewest any
-// of them reports), summed over the hosts. The same number on every rank.
-int JobCores(const std::vector<internal::MemberRecord>& members) {
-  std::vector<std::pair<std::string, int>> hosts;
-  for (const internal::MemberRecord& m : members) {
-    auto it =
-        std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == m.host; });
-    if (it == hosts.end()) {
-      hosts.emplace_back(m.host, m.cpus);
-    } else {
-      it->second = std::min(it->second, m.cpus);
-    }
-  }
-  int cores = 0;
-  for (const auto& h : hosts) cores += std::max(1, h.second);
-  return cores;
-}
-
 // "tcp://host:port" -> {host, port}.
 Result<TcpStoreServer::Options> ServerOptions(const std::string& url) {
   const std::string scheme = "tcp://";
@@ -420,11 +402,10 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
     } else {
       const std::shared_ptr<Store> host_scope =
           MakePrefixStore(scoped, "host/" + std::to_string(layout->host_index) + "/");
-      auto shm = internal::ConnectShm(
-          *host_scope,
-          {layout->local_index, layout->local_size, options.segment_bytes, options.pipeline_depth,
-           deadline},
-          options.shm_dir);
+      auto shm = internal::ConnectShm(*host_scope,
+                                      {layout->local_index, layout->local_size,
+                                       options.segment_bytes, options.pipeline_depth, deadline},
+                                      options.shm_dir);
       if (!shm.ok()) return shm.status();
       tcp.bell = &(*shm)->doorbell();
       tcp.beacon = &(*shm)->beacon();
@@ -436,7 +417,7 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   }
   if (!transport.ok()) return transport.status();
   auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
-                                                     tuning->For(kind), JobCores(members),
+                                                     tuning->For(kind), internal::JobCores(members),
                                                      internal::OwnCpu(members, options.rank));
   state->HostStore(std::move(server));
   return Communicator(std::move(state));

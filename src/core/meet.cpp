@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -326,6 +327,33 @@ int OwnCpu(const std::vector<MemberRecord>& members, int rank) {
     sharing += cpu == mine ? 1 : 0;
   }
   return sharing == 1 ? mine : -1;
+}
+
+int JobCores(const std::vector<MemberRecord>& members) {
+  struct Host {
+    const std::string* name;
+    std::vector<int> bound;  // distinct CPUs its bound ranks are bound to
+    int unbound_cpus;        // fewest CPUs an unbound rank may run on; 0: none unbound
+  };
+  std::vector<Host> hosts;
+  for (const MemberRecord& m : members) {
+    auto it =
+        std::find_if(hosts.begin(), hosts.end(), [&](const Host& h) { return *h.name == m.host; });
+    if (it == hosts.end()) it = hosts.insert(hosts.end(), Host{&m.host, {}, 0});
+    const int cpu = m.BoundCpu();
+    if (cpu >= 0) {
+      if (std::find(it->bound.begin(), it->bound.end(), cpu) == it->bound.end()) {
+        it->bound.push_back(cpu);
+      }
+    } else {
+      it->unbound_cpus = it->unbound_cpus == 0 ? m.cpus : std::min(it->unbound_cpus, m.cpus);
+    }
+  }
+  int cores = 0;
+  for (const Host& h : hosts) {
+    cores += std::max({1, static_cast<int>(h.bound.size()), h.unbound_cpus});
+  }
+  return cores;
 }
 
 std::string NewToken() {

@@ -85,4 +85,10 @@ std::string NewToken();
 // --bind-to core, chorus launch --bind core and srun --cpu-bind=cores bind ranks.
 int OwnCpu(const std::vector<MemberRecord>& members, int rank);
 
+// The cores the job's ranks share, summed over their hosts; the same number on every rank. On a
+// host: the distinct CPUs its bound ranks are bound to, or the CPUs its unbound ranks may run on
+// (the fewest any of them reports), whichever is more; at least 1. Ranks bound each to a CPU of
+// its own (mpirun --bind-to core) have a core each, though each may run on one CPU only.
+int JobCores(const std::vector<MemberRecord>& members);
+
 }  // namespace chorus::internal
