@@ -94,6 +94,19 @@ bool ChainFits(const CallShapeForSelection& s) { return !IsThread(s); }
 // 123 us against 68; TCP 16 MiB: 6.9 ms against 4.3).
 bool RsGatherFits(const CallShapeForSelection& s) { return !IsThread(s) && s.ranks >= 3; }
 bool OnOneHost(const CallShapeForSelection& s) { return !IsNetwork(s); }
+// The flag barrier while ranks take turns on the cores; where each has a core, the direct
+// barrier of empty messages, since the call after a flag barrier pays for it (a flag is a word
+// its rank rewrites on every call, which the peers polled): a 32-byte all-reduce took 0.87 us
+// after a flag barrier against 0.52 after a direct one (2 thread ranks, median over 200,000)
+// and 0.66 against 0.52 on 2 shm ranks, the barriers themselves level (0.60-0.64 us). With 3
+// and 4 thread ranks on 2 cores the flag barrier is as fast or faster, and the call after it
+// level (4 ranks: 6.7 us against 7.0); docs/algorithms.md has the shm figures.
+bool FlagBarrierFits(const CallShapeForSelection& s) {
+  return OnOneHost(s) && s.cores > 0 && s.ranks > s.cores;
+}
+bool DirectBarrierFits(const CallShapeForSelection& s) {
+  return OnOneHost(s) && !FlagBarrierFits(s);
+}
 // Direct all-to-all(-v): on thread ranks always; through shared memory too up to 1 MiB, where
 // its one step beat the pairwise rounds (medians of 3 interleaved runs of 0.3 s: p = 4, 32 B
 // 5.0 us against 8.0, 64 KiB 15.8 against 18.6, 1 MiB 104 against 139; p = 8, 32 B 12.4
@@ -194,9 +207,11 @@ constexpr std::array<AlgorithmInfo, 36> kAlgorithms = {{
     {CollectiveKind::kBarrier, "flag",
      "every rank raises its flag in shared memory and waits for its peers' (elsewhere: direct); "
      "1 step, no messages",
-     "thread and shm ranks", OnOneHost, FlagBarrier, model::FlagBarrierTerms},
+     "thread and shm ranks that outnumber the cores", FlagBarrierFits, FlagBarrier,
+     model::FlagBarrierTerms},
     {CollectiveKind::kBarrier, "direct", "an empty message to and from every peer; 1 step",
-     "thread and shm ranks", OnOneHost, DirectBarrier, model::DirectBarrierTerms},
+     "thread and shm ranks with a core each", DirectBarrierFits, DirectBarrier,
+     model::DirectBarrierTerms},
     {CollectiveKind::kBarrier, "dissemination",
      "round k signals rank r+2^k and waits for r-2^k; ceil(log2 p) steps", "TCP and MPI ranks",
      IsNetwork, DisseminationBarrier, model::DisseminationBarrierTerms},
