@@ -316,6 +316,9 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
     }
   }
   const Clock::time_point start = Clock::now();
+  if (beacon_ != nullptr) {
+    beacon_->beat_ns.store(start.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   if (policy_.bound_spin.count() > 0 && start >= binding_checked_until_) CheckBinding(start);
   const Deadline deadline = DeadlineFrom(start);
   Clock::time_point lasting_at = start + kLastingAfter;
@@ -340,7 +343,7 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
     // acquire load that follows its posts).
     if (interrupted()) return ready() ? WaitResult::kReady : WaitResult::kInterrupted;
     const Clock::time_point now = i == 0 ? start : Clock::now();
-    if (beacon_ != nullptr) {
+    if (beacon_ != nullptr && i != 0) {
       beacon_->beat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     }
     if (now >= deadline) {
