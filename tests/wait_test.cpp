@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include "support/timing.h"
@@ -59,22 +62,51 @@ TEST(Waiter, TimesOutAtTheCallsDeadline) {
   EXPECT_LT(took, milliseconds(120) + kPrompt);
 }
 
+// True once thread `tid` of this process is asleep in the kernel ('S' in /proc), polling for up
+// to `limit`. A waiter of the tests below blocks in nothing but its doorbell's futex.
+bool SleepsInTheKernel(const std::atomic<pid_t>& tid, std::chrono::milliseconds limit) {
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    const pid_t t = tid.load();
+    if (t != 0) {
+      std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto paren = line.rfind(')');  // the name may hold spaces; the state follows it
+      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S') {
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  return false;
+}
+
 // The checked sleep mode: a change that rings the doorbell wakes the waiter; one that does not
-// is a lost wake-up, reported as such once the ring grace has passed.
+// is a lost wake-up, reported as such once the ring grace has passed. The change comes only
+// once the waiter sleeps: a change it saw before sleeping would need no ring.
 TEST(Waiter, CheckedSleepWakesOnARingAndReportsAChangeWithoutOne) {
   for (bool ring : {true, false}) {
     Waiter waiter(WaitPolicy::SleepOnly(true));
     waiter.StartCall(milliseconds(10000));
     Doorbell bell;
     std::atomic<bool> flag{false};
+    std::atomic<pid_t> waiter_tid{0};
+    std::atomic<bool> saw_sleep{false};
     std::thread changer([&] {
-      std::this_thread::sleep_for(milliseconds(20));
+      saw_sleep = SleepsInTheKernel(waiter_tid, kWrongPathWait);
       flag.store(true);
       if (ring) bell.Ring();
     });
     const auto start = Clock::now();
-    const WaitResult r = waiter.Wait([&] { return flag.load(); }, [] { return false; }, bell);
+    const WaitResult r = waiter.Wait(
+        [&] {
+          if (waiter_tid.load(std::memory_order_relaxed) == 0) waiter_tid = gettid();
+          return flag.load();
+        },
+        [] { return false; }, bell);
     changer.join();
+    ASSERT_TRUE(saw_sleep) << "the waiter never slept";
     if (ring) {
       EXPECT_EQ(r, WaitResult::kReady);  // that the ring wakes the sleeper: Doorbell below
     } else {
