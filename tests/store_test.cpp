@@ -550,8 +550,14 @@ TEST(TcpStore, ServerDestroyedUnderWaitingClientsGivesUnavailablePromptly) {
   auto server = TcpStoreServer::Start({.secret = kSecret});
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string url = (*server)->url();
+  // One client per thread, each with the connection its open left in its pool: the requests
+  // need no new connection, so they meet a lost one whether they were sent before the server
+  // went or after (a thread held off past the sleep below would otherwise be refused a new
+  // connection, which is a different error).
   auto store = OpenStore(url, {.connect_timeout = milliseconds(300), .secret = kSecret});
   ASSERT_TRUE(store.ok()) << store.status();
+  auto other = OpenStore(url, {.connect_timeout = milliseconds(300), .secret = kSecret});
+  ASSERT_TRUE(other.ok()) << other.status();
   Status get_status, wait_status;
   double get_seconds = 0, wait_seconds = 0;
   std::thread getter([&] {
@@ -561,7 +567,7 @@ TEST(TcpStore, ServerDestroyedUnderWaitingClientsGivesUnavailablePromptly) {
   });
   std::thread waiter([&] {
     const auto start = Clock::now();
-    wait_status = (*store)->Wait({"never", "ever"}, seconds(60));
+    wait_status = (*other)->Wait({"never", "ever"}, seconds(60));
     wait_seconds = SecondsSince(start);
   });
   std::this_thread::sleep_for(milliseconds(200));
