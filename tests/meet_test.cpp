@@ -33,6 +33,9 @@ struct Process {
   int rank;
   int size;
   milliseconds start_after;
+  // A store key (under "chorus/world/") the process waits for before it joins: orders the
+  // joins by what the store holds, not by how soon each process gets a CPU.
+  std::string after = {};
 };
 
 // Each process joins `url` as its rank, then all-reduces its job's marker (A: 1, B: 100) and
@@ -44,6 +47,14 @@ std::vector<std::string> RunProcesses(const std::vector<Process>& processes, con
       testing::ForkRanks(static_cast<int>(processes.size()), [&](int i) -> std::string {
         const Process& me = processes[static_cast<size_t>(i)];
         std::this_thread::sleep_for(me.start_after);
+        if (!me.after.empty()) {
+          auto store = OpenStore(url, {.connect_timeout = testing::kPrompt,
+                                       .secret = std::string(testing::kTestSecret)});
+          if (!store.ok()) return "store: " + store.status().ToString();
+          const std::string key = "chorus/world/" + me.after;
+          const Status s = (*store)->Wait({key}, testing::kWrongPathWait);
+          if (!s.ok()) return "waiting for " + key + ": " + s.ToString();
+        }
         CommOptions o = testing::GroupOptions(kind, me.rank, me.size, url);
         o.timeout = timeout;
         if (with_job_ids) o.job_id = me.job;
@@ -72,8 +83,6 @@ std::string OwnJobSum(const Process& p) {
   return "ok " + std::to_string(p.size * (p.job == "A" ? 1 : 100));
 }
 
-// The reproduction: two 2-rank jobs, one file store, started A0, B0, B1, A1 0.4 s apart. Before,
-// they formed A0+B1 and B0+A1 and every all-reduce returned the other job's data.
 // A rank's CPU is its own when every rank of its host is bound and none other to that CPU: as
 // mpirun --bind-to core binds ranks. Ranks of other hosts do not count.
 TEST(OwnCpu, OnlyARankBoundToACpuNoOtherRankOfItsHostIsBoundTo) {
@@ -138,13 +147,21 @@ TEST(JobCores, CountsTheCpusTheRanksOfEachHostRunOn) {
             18);
 }
 
+// The reproduction: two 2-rank jobs on one store join in the order A0, B0, B1, A1. Before, they
+// formed A0+B1 and B0+A1 and every all-reduce returned the other job's data. Each waits for
+// what the one before it left in the store: A0's seat in round 1, B0's clash there (it found
+// A0 in its seat), B1's seat in round 2.
+std::vector<Process> InterleavedJobs() {
+  return {{"A", 0, 2, milliseconds(0)},
+          {"B", 0, 2, milliseconds(0), "1/join/0"},
+          {"B", 1, 2, milliseconds(0), "1/clash"},
+          {"A", 1, 2, milliseconds(0), "2/join/1"}};
+}
+
 TEST(JobIsolation, InterleavedJobsWithoutIdsFailFastAndNeverMix) {
   const testing::TempDir dir;
-  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
-                                          {"B", 0, 2, milliseconds(400)},
-                                          {"B", 1, 2, milliseconds(800)},
-                                          {"A", 1, 2, milliseconds(1200)}};
-  const auto reports = RunProcesses(processes, dir.url(), false, std::chrono::seconds(20));
+  const std::vector<Process> processes = InterleavedJobs();
+  const auto reports = RunProcesses(processes, dir.url(), false, testing::kWrongPathWait);
   for (size_t i = 0; i < reports.size(); ++i) {
     const std::string& r = reports[i];
     SCOPED_TRACE("process " + std::to_string(i) + ": " + r);
@@ -155,8 +172,8 @@ TEST(JobIsolation, InterleavedJobsWithoutIdsFailFastAndNeverMix) {
     }
     EXPECT_THAT(r, HasSubstr("FAILED_PRECONDITION"));
     EXPECT_THAT(r, HasSubstr("two jobs share this store and name"));
-    // Fast: long before the 20 s deadline.
-    EXPECT_LT(std::stod(r.substr(5)), 8.0);
+    // Fast: long before the deadline.
+    EXPECT_LT(std::stod(r.substr(5)), testing::kPromptSeconds);
   }
 }
 
@@ -177,12 +194,9 @@ TEST(JobIsolation, InterleavedJobsWithIdsEachMeetTheirOwn) {
 TEST(JobIsolation, InterleavedJobsOnOneTcpStore) {
   const testing::StoreProcess server({.secret = testing::kTestSecret});
   ASSERT_TRUE(server.ok());
-  const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
-                                          {"B", 0, 2, milliseconds(400)},
-                                          {"B", 1, 2, milliseconds(800)},
-                                          {"A", 1, 2, milliseconds(1200)}};
+  const std::vector<Process> processes = InterleavedJobs();
   const auto reports =
-      RunProcesses(processes, server.url(), false, std::chrono::seconds(20), TransportKind::kTcp);
+      RunProcesses(processes, server.url(), false, testing::kWrongPathWait, TransportKind::kTcp);
   for (size_t i = 0; i < reports.size(); ++i) {
     const std::string& r = reports[i];
     if (r.rfind("ok ", 0) == 0) {
@@ -198,11 +212,13 @@ TEST(JobIsolation, InterleavedJobsOnOneTcpStore) {
 // alone in a fresh round, and its deadline error then tells of the clash before it.
 TEST(JobIsolation, JobsOfDifferentSizesFailFastOrNameTheClash) {
   const testing::TempDir dir;
+  // B1 and B2 come once A0 holds its seat in round 1, A1 and B0 once that round has failed (had
+  // A1 come first, each job would meet its own and nothing would clash).
   const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
-                                          {"B", 1, 3, milliseconds(300)},
-                                          {"B", 2, 3, milliseconds(300)},
-                                          {"A", 1, 2, milliseconds(600)},
-                                          {"B", 0, 3, milliseconds(900)}};
+                                          {"B", 1, 3, milliseconds(300), "1/join/0"},
+                                          {"B", 2, 3, milliseconds(300), "1/join/0"},
+                                          {"A", 1, 2, milliseconds(600), "1/clash"},
+                                          {"B", 0, 3, milliseconds(900), "1/clash"}};
   // Those that meet another job's ranks fail at once; the rest wait out the timeout, which is
   // kWrongPathWait so that "at once" (kPrompt) cannot be the timeout.
   const auto reports = RunProcesses(processes, dir.url(), false, testing::kWrongPathWait);
@@ -257,7 +273,13 @@ TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
     Communicator::Create(o).status().IgnoreError();
     _exit(0);
   }
-  std::this_thread::sleep_for(milliseconds(500));
+  // Killed once its record holds seat 0 of round 2 (round 1 is the failed meeting's).
+  {
+    auto store = OpenStore(dir.url());
+    ASSERT_TRUE(store.ok()) << store.status();
+    const Status seated = (*store)->Wait({"chorus/world/2/join/0"}, testing::kWrongPathWait);
+    ASSERT_TRUE(seated.ok()) << seated;
+  }
   kill(crashed, SIGKILL);
   waitpid(crashed, nullptr, 0);
   const auto start = Clock::now();
@@ -276,9 +298,17 @@ TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
   const uint16_t port = (*port_probe)->port();
   port_probe->reset();
   const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  // The processes order themselves through a store of their own: the second job starts once the
+  // first has met, and the first keeps its store up until the second job's ranks have failed.
+  const testing::TempDir signals;
   const auto exits = testing::ForkRanks(4, [&](int i) -> std::string {
     const bool second = i >= 2;
-    std::this_thread::sleep_for(milliseconds(second ? 500 : 0));
+    auto side = OpenStore(signals.url());
+    if (!side.ok()) return "side store: " + side.status().ToString();
+    if (second) {
+      const Status s = (*side)->Wait({"first-met"}, testing::kWrongPathWait);
+      if (!s.ok()) return "waiting for the first job: " + s.ToString();
+    }
     CommOptions o = testing::GroupOptions(TransportKind::kShm, i % 2, 2, url);
     o.host_store = true;
     o.job_id = second ? "job-B" : "job-A";
@@ -288,17 +318,25 @@ TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (!second) {
       if (!comm.ok()) return "first job: " + comm.status().ToString();
-      std::this_thread::sleep_for(std::chrono::seconds(3));  // keep the store up meanwhile
-      return "";
+      if (Status s = (*side)->Set("first-met", "1"); !s.ok()) return s.ToString();
+      // Keep the store up until both ranks of the second job are done.
+      const Status s = (*side)->Wait({"second-2", "second-3"}, testing::kWrongPathWait);
+      return s.ok() ? "" : "waiting for the second job: " + s.ToString();
     }
-    if (comm.ok()) return "the second job formed a communicator";
-    if (seconds > testing::kPromptSeconds)
-      return "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
-    const std::string want = i == 2 ? "another job serving its store on this port"
-                                    : "is served by rank 0 of another job";
-    return comm.status().message().find(want) == std::string::npos
-               ? "unclear: " + comm.status().ToString()
-               : "";
+    std::string verdict;
+    if (comm.ok()) {
+      verdict = "the second job formed a communicator";
+    } else if (seconds > testing::kPromptSeconds) {
+      verdict = "slow: " + std::to_string(seconds) + " s: " + comm.status().ToString();
+    } else {
+      const std::string want = i == 2 ? "another job serving its store on this port"
+                                      : "is served by rank 0 of another job";
+      if (comm.status().message().find(want) == std::string::npos) {
+        verdict = "unclear: " + comm.status().ToString();
+      }
+    }
+    if (Status s = (*side)->Set("second-" + std::to_string(i), "1"); !s.ok()) return s.ToString();
+    return verdict;
   });
   for (size_t i = 0; i < exits.size(); ++i)
     EXPECT_TRUE(exits[i].ok()) << i << ": " << exits[i].report;
