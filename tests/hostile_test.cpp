@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -31,8 +32,8 @@
 namespace chorus {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 // Every descriptor a test rank itself opens is numbered below this.
 constexpr unsigned kOwnDescriptorsBelow = 1024;
@@ -97,13 +98,13 @@ TEST(Hostile, AJobFinishesWhileStrangersHoldThousandsOfConnectionsToEveryPort) {
     if (who == kRanks) {  // the attacker, in its own process
       std::vector<std::string> ports;
       for (int r = 0; r < kRanks; ++r) {
-        auto addr = (*store)->Get("chorus/world/1/tcp/addr/" + std::to_string(r),
-                                  std::chrono::seconds(30));
+        auto addr =
+            (*store)->Get("chorus/world/1/tcp/addr/" + std::to_string(r), std::chrono::seconds(30));
         if (!addr.ok()) return "attacker: " + addr.status().ToString();
         ports.push_back(*addr);
       }
-      if (!(*store)->Wait({"phase1/0", "phase1/1", "phase1/2", "phase1/3"},
-                          std::chrono::seconds(60))
+      if (!(*store)
+               ->Wait({"phase1/0", "phase1/1", "phase1/2", "phase1/3"}, std::chrono::seconds(60))
                .ok()) {
         return "attacker: the job's first phase did not end";
       }
@@ -172,10 +173,13 @@ TEST(Hostile, AStoreShortOfDescriptorsStillServesItsJob) {
   ASSERT_EQ(pipe(log_pipe), 0);
   int port_pipe[2];
   ASSERT_EQ(pipe(port_pipe), 0);
+  int go_pipe[2];  // the test says when the store is to report its memory
+  ASSERT_EQ(pipe(go_pipe), 0);
   const pid_t store_pid = fork();
   if (store_pid == 0) {
     close(log_pipe[0]);
     close(port_pipe[0]);
+    close(go_pipe[1]);
     dup2(log_pipe[1], STDERR_FILENO);
     rlimit limit{1024, 1024};
     setrlimit(RLIMIT_NOFILE, &limit);
@@ -184,15 +188,17 @@ TEST(Hostile, AStoreShortOfDescriptorsStillServesItsJob) {
     const size_t before = ResidentKiB();
     const std::string port = std::to_string((*s)->port()) + "\n";
     if (write(port_pipe[1], port.data(), port.size()) < 0) _exit(1);
-    // Report the memory the flood cost, then keep serving until killed.
-    for (int i = 0; i < 300; ++i) {
-      std::this_thread::sleep_for(milliseconds(100));
-      if (i == 80) std::fprintf(stderr, "rss grew %zu KiB\n", ResidentKiB() - before);
-    }
+    // Once the job has run beside the flood: report the memory the flood cost, then keep
+    // serving until killed.
+    char go = 0;
+    if (read(go_pipe[0], &go, 1) != 1) _exit(1);
+    std::fprintf(stderr, "rss grew %zu KiB\n", ResidentKiB() - before);
+    for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(milliseconds(100));
     _exit(0);
   }
   close(log_pipe[1]);
   close(port_pipe[1]);
+  close(go_pipe[0]);
   char text[16] = {};
   ASSERT_GT(read(port_pipe[0], text, sizeof(text) - 1), 0);
   const uint16_t port = static_cast<uint16_t>(std::atoi(text));
@@ -211,15 +217,24 @@ TEST(Hostile, AStoreShortOfDescriptorsStillServesItsJob) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << e.report;
   EXPECT_LT(seconds, testing::kPromptSeconds);  // not the 20 s timeout
-  std::this_thread::sleep_for(std::chrono::seconds(8));  // past the store's memory report
+  ASSERT_EQ(write(go_pipe[1], "g", 1), 1);
+  // The store's log up to its memory report (a hang-catching deadline only).
+  std::string log;
+  const auto until = Clock::now() + testing::kWrongPathWait;
+  while (log.find('\n', log.find("rss grew ")) == std::string::npos && Clock::now() < until) {
+    pollfd p{log_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(log_pipe[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    log.append(buf, static_cast<size_t>(n));
+  }
   held.clear();
   kill(store_pid, SIGKILL);
   waitpid(store_pid, nullptr, 0);
-  std::string log;
-  char buf[4096];
-  for (ssize_t n; (n = read(log_pipe[0], buf, sizeof(buf))) > 0;) log.append(buf, static_cast<size_t>(n));
   close(log_pipe[0]);
   close(port_pipe[0]);
+  close(go_pipe[1]);
   size_t lines = 0;
   for (char c : log) lines += c == '\n' ? 1 : 0;
   EXPECT_LT(lines, 20u) << log;
@@ -294,8 +309,8 @@ TEST(Hostile, ARankOutOfDescriptorsNamesItselfWhetherDiallingOrAccepting) {
                              1e6;
       const double waited = std::chrono::duration<double>(Clock::now() - short_at).count();
       // Each rank says what it saw, so that a failure here explains itself.
-      const std::string seen = "after " + std::to_string(waited) + " s and " +
-                               std::to_string(cpu) + " s of CPU: " + s.ToString();
+      const std::string seen = "after " + std::to_string(waited) + " s and " + std::to_string(cpu) +
+                               " s of CPU: " + s.ToString();
       if (s.ok()) return "the ring worked without descriptors";
       std::string report;
       const std::string who = "rank " + std::to_string(starved) + " ran out of file descriptors";
