@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "support/matrix.h"
 #include "support/spawn.h"
 #include "support/temp_dir.h"
+#include "support/timing.h"
 
 namespace chorus {
 namespace {
@@ -271,22 +273,30 @@ TEST(ShmCreate, TcpStoreHostedByRankZero) {
   ExpectAllOk(exits);
 }
 
+// Rank 1 joins first and stays (a long timeout); rank 0 joins once rank 1's record is in the
+// store, so that within its 0.5 s only rank 2, which never comes, is missing.
 TEST(ShmCreate, MissingRankIsNamedInTheDeadlineError) {
   const TempDir dir;
-  const auto exits = ForkRanks(3, [&](int rank) -> std::string {
-    if (rank == 2) return "";  // never joins
-    CommOptions o = ShmOptions(rank, 3, dir.url());
-    o.timeout = std::chrono::milliseconds(500);
-    auto comm = Communicator::Create(o);
-    if (comm.ok()) return "Create succeeded without rank 2";
-    const Status s = comm.status();
-    if (s.code() != StatusCode::kDeadlineExceeded) return "wrong code: " + s.ToString();
-    if (s.message().find("waited 0.5 s for rank 2 to join store file://") == std::string::npos) {
-      return "message does not name rank 2: " + s.ToString();
-    }
-    return "";
-  });
-  ExpectAllOk(exits);
+  const pid_t rank1 = fork();
+  if (rank1 == 0) {
+    CommOptions o = ShmOptions(1, 3, dir.url());
+    o.timeout = std::chrono::seconds(60);
+    Communicator::Create(o).status().IgnoreError();
+    _exit(0);
+  }
+  ASSERT_GT(rank1, 0);
+  auto store = OpenStore(dir.url());
+  ASSERT_TRUE(store.ok()) << store.status();
+  const Status seated = (*store)->Wait({"chorus/world/1/join/1"}, testing::kWrongPathWait);
+  CommOptions o = ShmOptions(0, 3, dir.url());
+  o.timeout = std::chrono::milliseconds(500);
+  auto comm = seated.ok() ? Communicator::Create(o) : Result<Communicator>(seated);
+  kill(rank1, SIGKILL);
+  waitpid(rank1, nullptr, 0);
+  ASSERT_TRUE(seated.ok()) << seated;
+  ASSERT_FALSE(comm.ok()) << "Create succeeded without rank 2";
+  EXPECT_EQ(comm.status().code(), StatusCode::kDeadlineExceeded) << comm.status();
+  EXPECT_THAT(comm.status().message(), HasSubstr("waited 0.5 s for rank 2 to join store file://"));
 }
 
 TEST(ShmCreate, RecreatingWithTheSameStoreAndNameStartsAfresh) {
