@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -18,6 +19,7 @@
 
 #include "chorus/chorus.h"
 #include "support/group.h"
+#include "support/timing.h"
 
 namespace chorus {
 namespace {
@@ -207,23 +209,32 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RootDisagreement,
                          ::testing::Values(Layout::kShm, Layout::kTcp, Layout::kHybrid),
                          [](const auto& param_info) { return LayoutName(param_info.param); });
 
-// Thread ranks: rank 2 stays out of call #3 altogether (busy elsewhere); the others, whichever
-// neighbour they wait on, name it.
+// Thread ranks: rank 2 stays out of call #3 altogether (busy elsewhere until the others have
+// given up on it); the others, whichever neighbour they wait on, name it. Only call #3 has a
+// short deadline: calls #0 to #2 must succeed however slowly the ranks are scheduled.
 TEST(AbsentRank, EveryThreadRankNamesTheRankThatNeverCame) {
-  auto group =
-      CreateLocalGroup(kRanks, {.timeout = milliseconds(500), .wait = testing::TestWaitMode()});
+  auto group = CreateLocalGroup(
+      kRanks, {.timeout = testing::kWrongPathWait, .wait = testing::TestWaitMode()});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<Status> results(kRanks);
+  std::atomic<int> finished{0};
   testing::RunRanks(*group, [&](Communicator& comm) {
     std::vector<float> v(1000, 1.0f);
     for (int i = 0; i < 4; ++i) {
       if (comm.rank() == kFrozen && i == 3) {
-        std::this_thread::sleep_for(milliseconds(1500));
+        const auto until = std::chrono::steady_clock::now() + testing::kWrongPathWait;
+        while (finished.load() < kRanks - 1 && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(milliseconds(10));
+        }
         return;
       }
+      CallOptions options{.algorithm = "ring"};
+      if (i == 3) options.timeout = milliseconds(500);
       results[static_cast<size_t>(comm.rank())] =
-          comm.AllReduce(std::span<float>(v), ReduceOp::kSum, {.algorithm = "ring"});
+          comm.AllReduce(std::span<float>(v), ReduceOp::kSum, options);
+      if (i < 3 && !results[static_cast<size_t>(comm.rank())].ok()) break;
     }
+    finished.fetch_add(1);
   });
   for (int r = 0; r < kRanks; ++r) {
     if (r == kFrozen) continue;
