@@ -310,11 +310,7 @@ TEST(Waiter, ThePolicysOwnCpuKeepsTheWholeSpinAsAMarkedOneDoes) {
 std::atomic<int> late_yields{0};
 std::atomic<bool> came{false};
 std::atomic<bool> late_yield_brings_it{true};
-std::atomic<int64_t> last_late_yield_ns{0};
-std::atomic<int64_t> late_yield_gap_ns{0};
 void LateYield() {
-  const int64_t at = Clock::now().time_since_epoch().count();
-  late_yield_gap_ns.store(at - last_late_yield_ns.exchange(at));
   late_yields.fetch_add(1);
   std::this_thread::sleep_for(2 * Waiter::kLongYield);
   if (late_yield_brings_it.load()) came.store(true);  // it arrived meanwhile
@@ -356,31 +352,34 @@ TEST(Waiter, OneLateYieldLeavesTheYieldsOnAndASecondSoonAfterTurnsThemOff) {
   }
   Waiter waiter(crowded(std::chrono::microseconds(1000)));
   // Only a wait that yields is met (by its late yield): the deadline ends one that does not.
-  auto wait_yielding = [&] {
+  auto wait_yielding = [&](Waiter& w) {
     return wait(
-        waiter, [] { return false; }, milliseconds(10000));
+        w, [] { return false; }, milliseconds(10000));
   };
-  // Late yields further apart than kSecondLongYieldWithin: every wait yields. (So they would
-  // with one late yield turning the yields off, since that lasts kContendedFor.)
+  // Late yields further apart than second_long_yield_within: every wait yields. (So they would
+  // with one late yield turning the yields off, since that lasts contended_for.) A thread held
+  // off the CPU only moves them further apart.
+  const WaitPolicy defaults;
   late_yields.store(0);
   for (int i = 1; i <= 3; ++i) {
-    ASSERT_EQ(wait_yielding(), WaitResult::kReady);
+    ASSERT_EQ(wait_yielding(waiter), WaitResult::kReady);
     EXPECT_EQ(late_yields.load(), i);
-    std::this_thread::sleep_for(Waiter::kSecondLongYieldWithin + milliseconds(20));
+    std::this_thread::sleep_for(defaults.second_long_yield_within + milliseconds(20));
   }
-  // Late yields in a row, until two came well within kSecondLongYieldWithin of each other (a
-  // few milliseconds, unless this thread was held off the CPU for long).
-  int yields = 3;
-  do {
-    ASSERT_EQ(wait_yielding(), WaitResult::kReady) << "a wait after one late yield did not yield";
-    EXPECT_EQ(late_yields.load(), ++yields);
-  } while (late_yield_gap_ns.load() >
-               std::chrono::nanoseconds(Waiter::kSecondLongYieldWithin / 2).count() &&
-           yields < 10);
-  ASSERT_LT(yields, 10);
-  // The next wait sleeps at once: the ring wakes it, and no yield came first.
-  EXPECT_EQ(wait(waiter, arrives_at_ask(1), milliseconds(60000)), WaitResult::kReady);
-  EXPECT_EQ(late_yields.load(), yields);
+  // Two late yields in a row, then a wait that sleeps at once: the ring wakes it, and no yield
+  // came first. The windows are a minute here, so that however long this thread is held off
+  // the CPU between the waits, the second late yield falls in the first one's window and the
+  // last wait in the busy spell the second one starts.
+  WaitPolicy patient = crowded(std::chrono::microseconds(1000));
+  patient.second_long_yield_within = std::chrono::minutes(1);
+  patient.contended_for = std::chrono::minutes(1);
+  Waiter busy(patient);
+  ASSERT_EQ(wait_yielding(busy), WaitResult::kReady);
+  EXPECT_EQ(late_yields.load(), 4);
+  ASSERT_EQ(wait_yielding(busy), WaitResult::kReady) << "a wait after one late yield did not yield";
+  EXPECT_EQ(late_yields.load(), 5);
+  EXPECT_EQ(wait(busy, arrives_at_ask(1), milliseconds(60000)), WaitResult::kReady);
+  EXPECT_EQ(late_yields.load(), 5);
 }
 
 }  // namespace

@@ -152,6 +152,12 @@ struct WaitPolicy {
   // its host bound, none other to this CPU: core/meet.h OwnCpu), or -1: spin_out_on_own_cpu
   // applies on it as on a CPU marked by MarkOwnCpu, for this communicator's waits only.
   int own_cpu = -1;
+  // A second long yield (Waiter::kLongYield) within this of the one before shows a busy
+  // machine, and the waits then skip yielding for `contended_for`. One alone may be a daemon's
+  // turn on a quiet machine. (Tests lengthen both, so that a thread held off the CPU cannot
+  // close a window before the test has looked.)
+  std::chrono::milliseconds second_long_yield_within{100};
+  std::chrono::milliseconds contended_for{100};
 
   // Spin only when every rank has a core of its own (they fit on the CPUs this process may use,
   // or the calling thread is bound to one CPU); yield longer when they share.
@@ -204,13 +210,11 @@ class Waiter {
   // Polls before a spinning wait first reads the clock.
   static constexpr int kFirstPolls = 16;
   // A sched_yield that returns later than this gave the core to other work for a time slice
-  // (a peer rank's step takes far less): that wait sleeps at once. A second one within
-  // kSecondLongYieldWithin shows a busy machine, and waits then skip yielding for
-  // kContendedFor. One alone may be a daemon's turn on a quiet machine, where yields are
-  // what makes ranks that outnumber the cores fast (docs/waiting.md).
+  // (a peer rank's step takes far less): that wait sleeps at once. A second one soon after
+  // shows a busy machine (WaitPolicy::second_long_yield_within, contended_for). One alone may
+  // be a daemon's turn on a quiet machine, where yields are what makes ranks that outnumber the
+  // cores fast (docs/waiting.md).
   static constexpr std::chrono::microseconds kLongYield{1000};
-  static constexpr std::chrono::milliseconds kContendedFor{100};
-  static constexpr std::chrono::milliseconds kSecondLongYieldWithin{100};
   // Sleep slice: conditions nobody rings for (a peer that died) are re-polled this often.
   static constexpr std::chrono::milliseconds kSleepSlice{50};
   // With check_wakeups: how long a ring may trail the change it announces (its sender may be
@@ -283,7 +287,7 @@ class Waiter {
   std::chrono::milliseconds timeout_{0};
   Deadline deadline_{};
   bool deadline_fixed_ = false;
-  Clock::time_point contended_until_{};  // until then the machine is busy: sleep, don't yield
+  Clock::time_point contended_until_{};   // until then the machine is busy: sleep, don't yield
   Clock::time_point long_yield_until_{};  // a long yield before then makes the machine busy
   Beacon* beacon_;
 };
@@ -375,8 +379,8 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
       if (policy_.may_sleep && Clock::now() - now > kLongYield) {
         yield_end = now;
         // One long yield may be a daemon's turn; a second soon after it is a busy machine.
-        if (now < long_yield_until_) contended_until_ = now + kContendedFor;
-        long_yield_until_ = now + kSecondLongYieldWithin;
+        if (now < long_yield_until_) contended_until_ = now + policy_.contended_for;
+        long_yield_until_ = now + policy_.second_long_yield_within;
       }
     } else {
       // Sleep in slices so that conditions nobody rings for (a dead process) are re-polled.
