@@ -18,6 +18,7 @@
 
 #include "chorus/chorus.h"
 #include "support/group.h"
+#include "support/reserved_port.h"
 #include "support/store_process.h"
 #include "support/timing.h"
 
@@ -293,11 +294,8 @@ TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
 // torchrun's MASTER_ADDR:MASTER_PORT given to two jobs: the second job's rank 0 cannot serve
 // the port, and its rank 1, which reached the first job's store, fails at once naming that job.
 TEST(JobIsolation, ASecondJobOnTheSamePortIsToldWhoseStoreItIs) {
-  auto port_probe = TcpStoreServer::Start({.secret = "probe"});
-  ASSERT_TRUE(port_probe.ok());
-  const uint16_t port = (*port_probe)->port();
-  port_probe->reset();
-  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  const testing::ReservedPort port;  // for the first job's rank 0 to serve its store on
+  const std::string url = port.url();
   // The processes order themselves through a store of their own: the second job starts once the
   // first has met, and the first keeps its store up until the second job's ranks have failed.
   const testing::TempDir signals;

@@ -1,12 +1,9 @@
 // Ranks as processes on one host: the collective matrix over the shm transport, setup through
 // stores, a peer killed mid-collective, and nothing left behind in /dev/shm.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +19,7 @@
 #include "chorus/chorus.h"
 #include "support/fork_checks.h"
 #include "support/matrix.h"
+#include "support/reserved_port.h"
 #include "support/spawn.h"
 #include "support/temp_dir.h"
 #include "support/timing.h"
@@ -247,17 +245,9 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmFinishedPeer, ::testing::Values(true, false),
                          });
 
 TEST(ShmCreate, TcpStoreHostedByRankZero) {
-  // A port that was free a moment ago; rank 0 serves the store on it.
-  const int probe = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(probe);
-  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  // Rank 0 serves the store on a port kept from everyone else.
+  const testing::ReservedPort port;
+  const std::string url = port.url();
   const auto exits = ForkRanks(4, [&](int rank) -> std::string {
     CommOptions o = ShmOptions(rank, 4, url);
     o.host_store = true;

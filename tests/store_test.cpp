@@ -34,6 +34,7 @@
 #include "rendezvous/store_internal.h"
 #include "rendezvous/tcp_protocol.h"
 #include "support/raw_socket.h"
+#include "support/reserved_port.h"
 #include "support/store_process.h"
 #include "support/temp_dir.h"
 #include "support/timing.h"
@@ -491,13 +492,6 @@ TEST(FileStore, PathThatIsAFileIsRejected) {
 
 // ----------------------------------------------------------------------------- TcpStore
 
-// A port that was free a moment ago.
-uint16_t FreePort() {
-  auto server = TcpStoreServer::Start({.secret = kSecret});
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? (*server)->port() : 0;
-}
-
 std::string LocalUrl(uint16_t port) { return "tcp://127.0.0.1:" + std::to_string(port); }
 
 TEST(TcpStore, ServerReportsItsUrlAndRefusesABusyPort) {
@@ -515,7 +509,8 @@ TEST(TcpStore, ServerReportsItsUrlAndRefusesABusyPort) {
 }
 
 TEST(TcpStore, ClientThatStartsFirstRetriesUntilTheServerIsUp) {
-  const uint16_t port = FreePort();
+  const testing::ReservedPort reserved;  // refused until a server of ours takes it
+  const uint16_t port = reserved.port();
   Result<std::string> got = Status(StatusCode::kInternal, "not run");
   std::thread early([&] {
     auto store = OpenStore(LocalUrl(port), {.connect_timeout = seconds(20), .secret = kSecret});
@@ -537,7 +532,8 @@ TEST(TcpStore, ClientThatStartsFirstRetriesUntilTheServerIsUp) {
 }
 
 TEST(TcpStore, NoServerFailsAfterConnectTimeout) {
-  const uint16_t port = FreePort();
+  const testing::ReservedPort reserved;  // nothing listens there
+  const uint16_t port = reserved.port();
   const auto start = Clock::now();
   auto store = OpenStore(LocalUrl(port), {.connect_timeout = milliseconds(300), .secret = kSecret});
   EXPECT_LT(SecondsSince(start), testing::kPromptSeconds);
@@ -866,7 +862,8 @@ TEST(OpenStore, MalformedUrlsAreRejectedWithTheReason) {
 
 TEST(OpenStore, BracketedIpv6HostIsParsed) {
   // Whether or not this machine has IPv6, the URL parses and the failure is about connecting.
-  const uint16_t port = FreePort();
+  const testing::ReservedPort reserved;  // nothing listens there
+  const uint16_t port = reserved.port();
   auto store = OpenStore("tcp://[::1]:" + std::to_string(port),
                          {.connect_timeout = milliseconds(100), .secret = kSecret});
   EXPECT_EQ(store.status().code(), StatusCode::kUnavailable) << store.status();
