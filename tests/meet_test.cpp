@@ -213,11 +213,12 @@ TEST(JobIsolation, InterleavedJobsOnOneTcpStore) {
 // alone in a fresh round, and its deadline error then tells of the clash before it.
 TEST(JobIsolation, JobsOfDifferentSizesFailFastOrNameTheClash) {
   const testing::TempDir dir;
-  // B1 and B2 come once A0 holds its seat in round 1, A1 and B0 once that round has failed (had
-  // A1 come first, each job would meet its own and nothing would clash).
+  // B1 comes once A0 holds its seat in round 1 and B2 once B1 holds its own there (so that B1
+  // fails in round 1 and leaves seat 1 of round 2 to A1); A1 and B0 come once round 1 has
+  // failed (had A1 come first, each job would meet its own and nothing would clash).
   const std::vector<Process> processes = {{"A", 0, 2, milliseconds(0)},
                                           {"B", 1, 3, milliseconds(300), "1/join/0"},
-                                          {"B", 2, 3, milliseconds(300), "1/join/0"},
+                                          {"B", 2, 3, milliseconds(300), "1/join/1"},
                                           {"A", 1, 2, milliseconds(600), "1/clash"},
                                           {"B", 0, 3, milliseconds(900), "1/clash"}};
   // Those that meet another job's ranks fail at once; the rest wait out the timeout, which is
@@ -275,14 +276,13 @@ TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
     _exit(0);
   }
   // Killed once its record holds seat 0 of round 2 (round 1 is the failed meeting's).
-  {
-    auto store = OpenStore(dir.url());
-    ASSERT_TRUE(store.ok()) << store.status();
-    const Status seated = (*store)->Wait({"chorus/world/2/join/0"}, testing::kWrongPathWait);
-    ASSERT_TRUE(seated.ok()) << seated;
-  }
+  auto store = OpenStore(dir.url());
+  const Status seated = store.ok()
+                            ? (*store)->Wait({"chorus/world/2/join/0"}, testing::kWrongPathWait)
+                            : store.status();
   kill(crashed, SIGKILL);
   waitpid(crashed, nullptr, 0);
+  ASSERT_TRUE(seated.ok()) << seated;
   const auto start = Clock::now();
   const auto reports = RunProcesses({{"B", 0, 2, milliseconds(0)}, {"B", 1, 2, milliseconds(0)}},
                                     dir.url(), false, std::chrono::seconds(20));

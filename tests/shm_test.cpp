@@ -276,8 +276,9 @@ TEST(ShmCreate, MissingRankIsNamedInTheDeadlineError) {
   }
   ASSERT_GT(rank1, 0);
   auto store = OpenStore(dir.url());
-  ASSERT_TRUE(store.ok()) << store.status();
-  const Status seated = (*store)->Wait({"chorus/world/1/join/1"}, testing::kWrongPathWait);
+  const Status seated = store.ok()
+                            ? (*store)->Wait({"chorus/world/1/join/1"}, testing::kWrongPathWait)
+                            : store.status();
   CommOptions o = ShmOptions(0, 3, dir.url());
   o.timeout = std::chrono::milliseconds(500);
   auto comm = seated.ok() ? Communicator::Create(o) : Result<Communicator>(seated);
