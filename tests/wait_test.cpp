@@ -62,57 +62,70 @@ TEST(Waiter, TimesOutAtTheCallsDeadline) {
   EXPECT_LT(took, milliseconds(120) + kPrompt);
 }
 
-// True once thread `tid` of this process is asleep in the kernel ('S' in /proc), polling for up
-// to `limit`. A waiter of the tests below blocks in nothing but its doorbell's futex.
-bool SleepsInTheKernel(const std::atomic<pid_t>& tid, std::chrono::milliseconds limit) {
-  const auto until = Clock::now() + limit;
-  while (Clock::now() < until) {
-    const pid_t t = tid.load();
-    if (t != 0) {
-      std::ifstream stat("/proc/self/task/" + std::to_string(t) + "/stat");
-      std::string line;
-      std::getline(stat, line);
-      const auto paren = line.rfind(')');  // the name may hold spaces; the state follows it
-      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'S') {
-        return true;
-      }
-    }
-    std::this_thread::sleep_for(milliseconds(1));
+// Thread `tid` of this process as /proc shows it: its state ('S': asleep in the kernel) and how
+// often it has gone to sleep (voluntary context switches). State 0 when it cannot be read.
+struct TaskState {
+  char state = 0;
+  long sleeps = -1;
+};
+TaskState ReadTask(pid_t tid) {
+  TaskState t;
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("State:", 0) == 0 && line.size() > 7) t.state = line[7];
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) t.sleeps = std::stol(line.substr(24));
   }
-  return false;
+  return t;
 }
 
 // The checked sleep mode: a change that rings the doorbell wakes the waiter; one that does not
-// is a lost wake-up, reported as such once the ring grace has passed. The change comes only
-// once the waiter sleeps: a change it saw before sleeping would need no ring.
+// is a lost wake-up, reported as such once the ring grace has passed. The change must come
+// while the waiter sleeps: one it saw before sleeping, or between two sleep slices, needed no
+// ring. The changer waits until the waiter sleeps, changes the flag, and looks again: a trial
+// in which the waiter did not sleep throughout the change proves nothing and is run afresh.
+// (A waiter blocks in nothing but its doorbell's futex.)
 TEST(Waiter, CheckedSleepWakesOnARingAndReportsAChangeWithoutOne) {
   for (bool ring : {true, false}) {
-    Waiter waiter(WaitPolicy::SleepOnly(true));
-    waiter.StartCall(milliseconds(10000));
-    Doorbell bell;
-    std::atomic<bool> flag{false};
-    std::atomic<pid_t> waiter_tid{0};
-    std::atomic<bool> saw_sleep{false};
-    std::thread changer([&] {
-      saw_sleep = SleepsInTheKernel(waiter_tid, kWrongPathWait);
-      flag.store(true);
-      if (ring) bell.Ring();
-    });
-    const auto start = Clock::now();
-    const WaitResult r = waiter.Wait(
-        [&] {
-          if (waiter_tid.load(std::memory_order_relaxed) == 0) waiter_tid = gettid();
-          return flag.load();
-        },
-        [] { return false; }, bell);
-    changer.join();
-    ASSERT_TRUE(saw_sleep) << "the waiter never slept";
-    if (ring) {
-      EXPECT_EQ(r, WaitResult::kReady);  // that the ring wakes the sleeper: Doorbell below
-    } else {
-      EXPECT_EQ(r, WaitResult::kLostWakeup);
-      EXPECT_GE(Clock::now() - start, Waiter::kRingGrace);
+    bool conclusive = false;
+    for (int trial = 0; trial < 20 && !conclusive; ++trial) {
+      Waiter waiter(WaitPolicy::SleepOnly(true));
+      waiter.StartCall(milliseconds(10000));
+      Doorbell bell;
+      std::atomic<bool> flag{false};
+      std::atomic<pid_t> waiter_tid{0};
+      std::atomic<bool> asleep_throughout{false};
+      std::thread changer([&] {
+        const auto until = Clock::now() + kWrongPathWait;
+        TaskState before;
+        while (Clock::now() < until) {
+          const pid_t tid = waiter_tid.load();
+          if (tid != 0 && (before = ReadTask(tid)).state == 'S') break;
+          std::this_thread::sleep_for(milliseconds(1));
+        }
+        flag.store(true);
+        const TaskState after = ReadTask(waiter_tid.load());
+        asleep_throughout = before.state == 'S' && after.state == 'S' && before.sleeps >= 0 &&
+                            after.sleeps == before.sleeps;
+        if (ring) bell.Ring();
+      });
+      const auto start = Clock::now();
+      const WaitResult r = waiter.Wait(
+          [&] {
+            if (waiter_tid.load(std::memory_order_relaxed) == 0) waiter_tid = gettid();
+            return flag.load();
+          },
+          [] { return false; }, bell);
+      changer.join();
+      if (!asleep_throughout) continue;
+      conclusive = true;
+      if (ring) {
+        EXPECT_EQ(r, WaitResult::kReady);  // that the ring wakes the sleeper: Doorbell below
+      } else {
+        EXPECT_EQ(r, WaitResult::kLostWakeup);
+        EXPECT_GE(Clock::now() - start, Waiter::kRingGrace);
+      }
     }
+    EXPECT_TRUE(conclusive) << "in 20 trials the waiter never slept throughout the change";
   }
 }
 
