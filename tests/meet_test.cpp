@@ -34,8 +34,8 @@ struct Process {
   int rank;
   int size;
   milliseconds start_after;
-  // A store key (under "chorus/world/") the process waits for before it joins: orders the
-  // joins by what the store holds, not by how soon each process gets a CPU.
+  // A key of the meeting the process waits for before it joins (testing::AwaitMeetingKey):
+  // orders the joins by what the store holds, not by how soon each process gets a CPU.
   std::string after = {};
 };
 
@@ -49,12 +49,8 @@ std::vector<std::string> RunProcesses(const std::vector<Process>& processes, con
         const Process& me = processes[static_cast<size_t>(i)];
         std::this_thread::sleep_for(me.start_after);
         if (!me.after.empty()) {
-          auto store = OpenStore(url, {.connect_timeout = testing::kPrompt,
-                                       .secret = std::string(testing::kTestSecret)});
-          if (!store.ok()) return "store: " + store.status().ToString();
-          const std::string key = "chorus/world/" + me.after;
-          const Status s = (*store)->Wait({key}, testing::kWrongPathWait);
-          if (!s.ok()) return "waiting for " + key + ": " + s.ToString();
+          const Status s = testing::AwaitMeetingKey(url, me.after);
+          if (!s.ok()) return "waiting for " + me.after + ": " + s.ToString();
         }
         CommOptions o = testing::GroupOptions(kind, me.rank, me.size, url);
         o.timeout = timeout;
@@ -276,10 +272,7 @@ TEST(JobIsolation, FailedAndCrashedMeetingsDoNotHoldUpTheNext) {
     _exit(0);
   }
   // Killed once its record holds seat 0 of round 2 (round 1 is the failed meeting's).
-  auto store = OpenStore(dir.url());
-  const Status seated = store.ok()
-                            ? (*store)->Wait({"chorus/world/2/join/0"}, testing::kWrongPathWait)
-                            : store.status();
+  const Status seated = testing::AwaitMeetingKey(dir.url(), "2/join/0");
   kill(crashed, SIGKILL);
   waitpid(crashed, nullptr, 0);
   ASSERT_TRUE(seated.ok()) << seated;

@@ -18,11 +18,11 @@
 #include "base/wait.h"
 #include "chorus/chorus.h"
 #include "support/fork_checks.h"
+#include "support/group.h"
 #include "support/matrix.h"
 #include "support/reserved_port.h"
 #include "support/spawn.h"
 #include "support/temp_dir.h"
-#include "support/timing.h"
 
 namespace chorus {
 namespace {
@@ -275,10 +275,7 @@ TEST(ShmCreate, MissingRankIsNamedInTheDeadlineError) {
     _exit(0);
   }
   ASSERT_GT(rank1, 0);
-  auto store = OpenStore(dir.url());
-  const Status seated = store.ok()
-                            ? (*store)->Wait({"chorus/world/1/join/1"}, testing::kWrongPathWait)
-                            : store.status();
+  const Status seated = testing::AwaitMeetingKey(dir.url(), "1/join/1");
   CommOptions o = ShmOptions(0, 3, dir.url());
   o.timeout = std::chrono::milliseconds(500);
   auto comm = seated.ok() ? Communicator::Create(o) : Result<Communicator>(seated);

@@ -16,6 +16,7 @@
 #include "chorus/chorus.h"
 #include "support/spawn.h"
 #include "support/temp_dir.h"
+#include "support/timing.h"
 
 namespace chorus::testing {
 
@@ -42,6 +43,16 @@ inline SlotStores TestSlotStores() {
 }
 
 inline constexpr char kTestSecret[] = "chorus-test-secret";
+
+// Waits (up to kWrongPathWait) until the meeting of the default communicator ("world", no job
+// id) on the store at `url` holds `key`, given as the meeting writes it: "1/join/0" (round 1,
+// rank 0's seat), "2/clash" (round 2 failed). Lets a test order its ranks' joins by what the
+// store holds instead of by sleeps.
+inline Status AwaitMeetingKey(const std::string& url, const std::string& key) {
+  auto store = OpenStore(url, {.connect_timeout = kPrompt, .secret = std::string(kTestSecret)});
+  if (!store.ok()) return store.status();
+  return (*store)->Wait({"chorus/world/" + key}, kWrongPathWait);
+}
 
 // How many times longer a test's short deadlines must be in a sanitized build: TSan code runs
 // 5-15x slower and ASan 2-3x, and an answer that takes a few ms may then take a second.
