@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "algo/select.h"
 #include "base/collectives.h"
@@ -86,6 +87,18 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
     const auto budget = std::clamp(ctx_.waiter->timeout() / 4, std::chrono::milliseconds(20),
                                    std::chrono::milliseconds(1000));
     std::vector<PeerState> states = t_.Census(call, Clock::now() + budget);
+    if (auto* hook = g_after_census_for_testing.load(std::memory_order_relaxed)) hook();
+    // A stopped rank stays silent; a live one starved of CPU (a busy machine, a sanitizer) only
+    // until it runs. While more than one rank could be the cause and one of them is silent, ask
+    // again for up to three budgets more, so that the live ones are heard and the verdict names
+    // the one that is not (census.h, Ambiguous).
+    const Clock::time_point last = Clock::now() + 3 * budget;
+    while (Ambiguous(states, t_.rank(), call, waited) && !t_.failed() && Clock::now() < last) {
+      // Thread and shm ranks read each other at once: give a starved one a moment to run.
+      t_.beacon().Beat(Clock::now());  // alive: peers' censuses must not find this rank idle
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      states = t_.Census(call, std::min(last, Clock::now() + std::chrono::milliseconds(100)));
+    }
     states[static_cast<size_t>(t_.rank())].waiting_for = peer;
     // A rank whose own deadline ran out while another rank, timed out first, was still asking
     // its census reports that rank's failure: the census would find it gone from the call.

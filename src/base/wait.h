@@ -111,8 +111,12 @@ class Doorbell {
 // peers can see it (shared memory for thread and shm ranks).
 struct Beacon {
   // steady_clock nanoseconds of the last time a wait of this rank looked at the clock; a
-  // waiting rank refreshes it at least once per sleep slice.
+  // waiting rank refreshes it at least once per sleep slice, and a rank taking a census (its
+  // wait timed out) as often while it waits for answers.
   std::atomic<int64_t> beat_ns{0};
+  void Beat(Clock::time_point now) {
+    beat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
   // peer + 1 while the rank is blocked waiting on that peer, else 0.
   std::atomic<int32_t> waiting_for{0};
   // The call the rank is in, or was in last (transport/call_tag.h: PublishCall, ReadCall),
@@ -321,7 +325,7 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
   }
   const Clock::time_point start = Clock::now();
   if (beacon_ != nullptr) {
-    beacon_->beat_ns.store(start.time_since_epoch().count(), std::memory_order_relaxed);
+    beacon_->Beat(start);
   }
   if (policy_.bound_spin.count() > 0 && start >= binding_checked_until_) CheckBinding(start);
   const Deadline deadline = DeadlineFrom(start);
@@ -348,7 +352,7 @@ WaitResult Waiter::Wait(Ready&& ready, Interrupted&& interrupted, Doorbell& bell
     if (interrupted()) return ready() ? WaitResult::kReady : WaitResult::kInterrupted;
     const Clock::time_point now = i == 0 ? start : Clock::now();
     if (beacon_ != nullptr && i != 0) {
-      beacon_->beat_ns.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+      beacon_->Beat(now);
     }
     if (now >= deadline) {
       if (ready()) return WaitResult::kReady;

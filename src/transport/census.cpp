@@ -102,13 +102,27 @@ std::string Why(Standing standing, const std::vector<int>& ranks,
   }
 }
 
+// A rank that waits refreshes its beacon every sleep slice; one that has been quiet for a good
+// part of the time this rank waited has stopped, or gets no CPU.
+double IdleLimit(double waited) { return std::max(0.25, waited / 4); }
+
 }  // namespace
+
+bool Ambiguous(const std::vector<PeerState>& states, int me, uint64_t call, double waited) {
+  int quiet = 0;   // silent, or without a sign of life
+  int absent = 0;  // not in the call
+  for (int r = 0; r < static_cast<int>(states.size()); ++r) {
+    if (r == me) continue;
+    const Standing standing = StandingOf(states[static_cast<size_t>(r)], call, IdleLimit(waited));
+    quiet += standing == Standing::kSilent || standing == Standing::kIdle ? 1 : 0;
+    absent += standing == Standing::kAbsent ? 1 : 0;
+  }
+  return quiet >= 1 && quiet + absent >= 2;
+}
 
 std::string Blame(const std::vector<PeerState>& states, int me, uint64_t call, double waited) {
   const int p = static_cast<int>(states.size());
-  // A rank that waits refreshes its beacon every sleep slice; one that has been quiet for a
-  // good part of the time this rank waited has stopped, or gets no CPU.
-  const double idle_limit = std::max(0.25, waited / 4);
+  const double idle_limit = IdleLimit(waited);
   // First the chain of waits that starts here: it leads to the cause when it can be followed.
   std::vector<bool> seen(static_cast<size_t>(p), false);
   std::vector<int> chain{me};

@@ -20,6 +20,7 @@
 // Thread safety: plain values and a pure function.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -46,5 +47,17 @@ struct PeerState {
 // census points at nobody. `me` took the census of `states` (indexed by rank) about `call`
 // after waiting `waited` seconds; states[me].waiting_for is the peer its wait was on.
 std::string Blame(const std::vector<PeerState>& states, int me, uint64_t call, double waited);
+
+// Whether the census may blame a live rank for a stopped one: some rank other than `me` looks
+// stopped (asked but silent, or in the call with no sign of life for longer than Blame allows)
+// and another stands out too (looks stopped as well, or has not entered the call). A stopped
+// rank looks so for good; a live one starved of CPU only until it runs again. So while the
+// census is ambiguous, the rank asks again (Channel::WaitFailed) before Blame names anyone: a
+// stopped rank cannot then make a slow survivor look stopped too.
+bool Ambiguous(const std::vector<PeerState>& states, int me, uint64_t call, double waited);
+
+// Test hook, null outside tests: called after the first census of a wait that timed out, before
+// the rank asks again (blame_test wakes a rank it stopped there).
+inline std::atomic<void (*)()> g_after_census_for_testing{nullptr};
 
 }  // namespace chorus::internal

@@ -61,7 +61,9 @@ std::vector<PeerState> MpiTransport::Census(uint64_t call_index, Deadline until)
   };
   for (;;) {
     PollControl();
-    if (all_answered() || Clock::now() >= until) break;
+    const Clock::time_point now = Clock::now();
+    if (all_answered() || now >= until) break;
+    beacon().Beat(now);  // alive, and asking: peers' censuses must not find this rank idle
     // Nothing rings for MPI: look again shortly, without holding the core.
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -175,8 +175,9 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
     }
     return true;
   };
-  while (!all_answered() && Clock::now() < until) {
-    doorbell().Sleep(all_answered, std::min(until, Clock::now() + std::chrono::milliseconds(10)));
+  for (Clock::time_point now = Clock::now(); !all_answered() && now < until; now = Clock::now()) {
+    beacon().Beat(now);  // alive, and asking: peers' censuses must not find this rank idle
+    doorbell().Sleep(all_answered, std::min(until, now + std::chrono::milliseconds(10)));
   }
   ReadAnswers(call_index, askable, &states);
   return states;
