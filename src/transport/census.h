@@ -17,7 +17,7 @@
 // cannot be followed (a rank that cannot be asked), it names whoever stands out in the group,
 // in that order.
 //
-// Thread safety: plain values and a pure function.
+// Thread safety: plain values and pure functions (and a test hook).
 #pragma once
 
 #include <atomic>

@@ -42,20 +42,27 @@ void MpiTransport::Reject(uint64_t call_index, const std::string& reason) {
   SendNoticeLocked(Notice(Notice::kRejection, StatusCode::kAborted, call_index, reason));
 }
 
-std::vector<PeerState> MpiTransport::Census(uint64_t call_index, Deadline until) {
+std::vector<PeerState> MpiTransport::Ask(uint64_t call_index, Deadline until, bool fresh_only) {
   std::vector<PeerState> states(static_cast<size_t>(size()));
   if (!MayCallMpiHere()) {
     for (PeerState& s : states) s.known = false;
     return states;
   }
+  // Only answers to a census count: one given earlier in the call (to a glance) may be from
+  // before the peer stopped, and would show it waiting.
+  std::vector<uint64_t> asked(static_cast<size_t>(size()));
   {
     std::lock_guard lock(control_mutex_);
+    if (fresh_only) asked = replies_;
     SendNoticeLocked(Notice(Notice::kProbe, StatusCode::kOk, call_index, ""));
   }
+  const auto fresh = [&](size_t q) {  // under control_mutex_
+    return replies_[q] > asked[q] && answered_[q] == call_index + 1;
+  };
   const auto all_answered = [&] {
     std::lock_guard lock(control_mutex_);  // another thread may poll (MPI_THREAD_MULTIPLE)
     for (int peer = 0; peer < size(); ++peer) {
-      if (peer != rank_ && answered_[static_cast<size_t>(peer)] != call_index + 1) return false;
+      if (peer != rank_ && !fresh(static_cast<size_t>(peer))) return false;
     }
     return true;
   };
@@ -72,7 +79,7 @@ std::vector<PeerState> MpiTransport::Census(uint64_t call_index, Deadline until)
     const auto q = static_cast<size_t>(peer);
     if (peer == rank_) {
       states[q] = control_.StateOf(rank_, Clock::now());
-    } else if (answered_[q] == call_index + 1) {
+    } else if (fresh(q)) {
       states[q] = answers_[q];
     } else {
       states[q].answered = false;
@@ -126,6 +133,7 @@ void MpiTransport::PollControlLocked() {
       state.failed = notice.failed != 0;
       state.has_call = notice.has_call != 0 && UnpackTag(notice.call_words, &state.call);
       answered_[from] = notice.call_index + 1;
+      ++replies_[from];
     }
     if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
                                  kNoticeTag, comm_, &incoming_request_);

@@ -124,7 +124,8 @@ MpiTransport::MpiTransport(Bytes control_memory, MPI_Comm comm, int rank, int si
       notices_sent_(static_cast<size_t>(size)),
       notices_received_(static_cast<size_t>(size)),
       answers_(static_cast<size_t>(size)),
-      answered_(static_cast<size_t>(size)) {
+      answered_(static_cast<size_t>(size)),
+      replies_(static_cast<size_t>(size)) {
   if (const int rc = MPI_Irecv(incoming_.get(), sizeof(Notice), MPI_BYTE, MPI_ANY_SOURCE,
                                kNoticeTag, comm_, &incoming_request_);
       rc != MPI_SUCCESS) {

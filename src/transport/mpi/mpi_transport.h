@@ -112,7 +112,12 @@ class MpiTransport final : public ControlledTransport {
   // Asks every peer for its state with a probe notice. A peer answers whenever it polls: while
   // it waits in a call, or takes a census itself. One that does not answer by `until` is busy
   // outside chorus, stopped or hung.
-  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override;
+  std::vector<PeerState> Census(uint64_t call_index, Deadline until) override {
+    return Ask(call_index, until, true);
+  }
+  std::vector<PeerState> Glance(uint64_t call_index) override {
+    return Ask(call_index, Clock::now(), false);
+  }
 
  private:
   struct FreeBytes {
@@ -197,7 +202,11 @@ class MpiTransport final : public ControlledTransport {
   // Answers to this rank's census: per peer the state and the call it answered about, + 1.
   std::vector<PeerState> answers_;
   std::vector<uint64_t> answered_;
-  bool closing_ = false;                    // teardown counted the notices: send no more
+  std::vector<uint64_t> replies_;  // answers received per peer: a census takes only later ones
+  // Probes every peer and waits for their answers until `until`; with `fresh_only` (a census)
+  // an answer counts only if it came after this probe, else (a glance) any answer about the call.
+  std::vector<PeerState> Ask(uint64_t call_index, Deadline until, bool fresh_only);
+  bool closing_ = false;  // teardown counted the notices: send no more
   std::atomic<bool> failure_unsent_{false};
 };
 

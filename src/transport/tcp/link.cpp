@@ -506,6 +506,7 @@ void TcpTransport::OnControl(int peer, const FrameHeader& h, const std::string& 
     l.reply_idle_ms.store(idle_ms, std::memory_order_relaxed);
     l.reply_failed.store(failed != 0, std::memory_order_relaxed);
     l.answered.store(h.tag.call_index + 1, std::memory_order_release);
+    l.replies.fetch_add(1, std::memory_order_acq_rel);
     doorbell().Ring();
     return;
   }

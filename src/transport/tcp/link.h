@@ -117,8 +117,11 @@ struct Link {
   std::unique_ptr<tcp::WireSeal> recv_seal;  // under recv_mu
 
   // The peer's answer to this rank's last census probe (kProbeReply), written by whichever
-  // thread read it, before `answered` is set to the probed call + 1.
+  // thread read it, before `answered` is set to the probed call + 1 and `replies` counts it (a
+  // census takes only the answers that came after it asked: an older one, to a glance, may be
+  // from before the peer stopped).
   std::atomic<uint64_t> answered{0};
+  std::atomic<uint64_t> replies{0};
   std::atomic<uint64_t> reply_started{0};
   std::atomic<int64_t> reply_active{-1};
   std::atomic<int32_t> reply_waiting_for{-1};

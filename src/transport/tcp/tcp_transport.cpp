@@ -161,17 +161,24 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
     const Link& l = link(peer);
     return peer != rank_ && !l.gone() && (peer > rank_ || l.ready.load(std::memory_order_acquire));
   };
+  // Only answers to this census count: one given earlier in the call (to a glance) may be from
+  // before the peer stopped, and would show it waiting.
+  std::vector<uint64_t> asked(static_cast<size_t>(size()));
   for (int peer = 0; peer < size(); ++peer) {
     if (!askable(peer)) continue;
+    asked[Index(peer)] = link(peer).replies.load(std::memory_order_acquire);
     link(peer).wanted.store(true, std::memory_order_release);
     QueueControl(peer, FrameType::kProbe, call_index, "");
   }
   Wake();
+  auto fresh = [&](int peer) {
+    const Link& l = link(peer);
+    return l.replies.load(std::memory_order_acquire) > asked[Index(peer)] &&
+           l.answered.load(std::memory_order_acquire) == call_index + 1;
+  };
   auto all_answered = [&] {
     for (int peer = 0; peer < size(); ++peer) {
-      if (askable(peer) && link(peer).answered.load(std::memory_order_acquire) != call_index + 1) {
-        return false;
-      }
+      if (askable(peer) && !fresh(peer)) return false;
     }
     return true;
   };
@@ -179,7 +186,7 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
     beacon().Beat(now);  // alive, and asking: peers' censuses must not find this rank idle
     doorbell().Sleep(all_answered, std::min(until, now + std::chrono::milliseconds(10)));
   }
-  ReadAnswers(call_index, askable, &states);
+  ReadAnswers(call_index, askable, &states, &asked);
   return states;
 }
 
@@ -200,7 +207,7 @@ std::vector<PeerState> TcpTransport::Glance(uint64_t call_index) {
 
 template <typename Askable>
 void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
-                               std::vector<PeerState>* states) {
+                               std::vector<PeerState>* states, const std::vector<uint64_t>* asked) {
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == rank_) continue;
     Link& l = link(peer);
@@ -209,7 +216,9 @@ void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
       s.alive = false;
     } else if (!askable(peer)) {
       s.known = false;
-    } else if (l.answered.load(std::memory_order_acquire) != call_index + 1) {
+    } else if ((asked != nullptr &&
+                l.replies.load(std::memory_order_acquire) <= (*asked)[Index(peer)]) ||
+               l.answered.load(std::memory_order_acquire) != call_index + 1) {
       s.answered = false;
     } else {
       s.started = l.reply_started.load(std::memory_order_relaxed);

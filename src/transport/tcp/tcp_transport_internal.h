@@ -138,7 +138,9 @@ class TcpTransport final : public ControlledTransport {
   PeerState OwnState();
   // The answers about `call_index` the askable peers gave so far, into `states`.
   template <typename Askable>
-  void ReadAnswers(uint64_t call_index, Askable&& askable, std::vector<PeerState>* states);
+  // With `asked` (a census), a peer's answer counts only if it came after asked[peer] replies.
+  void ReadAnswers(uint64_t call_index, Askable&& askable, std::vector<PeerState>* states,
+                   const std::vector<uint64_t>* asked = nullptr);
   void KillLink(int peer, const std::string& why);
   // KillLink for a link this rank gives up while the peer still sends (a bad frame): what is
   // queued for the peer (the group's failure) is written first, then the socket says it is
