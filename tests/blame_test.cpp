@@ -20,6 +20,7 @@
 
 #include "chorus/chorus.h"
 #include "support/group.h"
+#include "support/proc_stat.h"
 #include "support/timing.h"
 #include "transport/census.h"
 
@@ -53,15 +54,6 @@ std::string LayoutOptions(Layout layout, int rank, const std::string& url, CommO
   if (sethostname(host.c_str(), host.size()) != 0) return "sethostname failed";
   o->listen = "127.0.0.1";
   return "";
-}
-
-// The state letter of process `pid` in /proc/<pid>/stat (T stopped, S asleep), or '?'.
-char ProcessState(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
 }
 
 // Where the starved rank's pid is written once it has been stopped (ARankStarvedOfCpu...).
@@ -128,14 +120,14 @@ std::vector<std::string> FrozenRankTrial(Layout layout, unsigned seed, int froze
       // block in the call it cannot finish, and the starved one is asleep in its wait there.
       std::thread([pid_file, starved_who] {
         pid_t frozen_pid = 0, pid = 0;
-        while (!(std::ifstream(pid_file) >> frozen_pid) || ProcessState(frozen_pid) != 'T' ||
-               !(std::ifstream(starved_who) >> pid)) {
+        while (!(std::ifstream(pid_file) >> frozen_pid) ||
+               testing::ProcessState(frozen_pid) != 'T' || !(std::ifstream(starved_who) >> pid)) {
           std::this_thread::sleep_for(milliseconds(5));
         }
         std::this_thread::sleep_for(milliseconds(300));
-        while (ProcessState(pid) != 'S') std::this_thread::sleep_for(milliseconds(1));
+        while (testing::ProcessState(pid) != 'S') std::this_thread::sleep_for(milliseconds(1));
         kill(pid, SIGSTOP);
-        while (ProcessState(pid) != 'T') std::this_thread::sleep_for(milliseconds(1));
+        while (testing::ProcessState(pid) != 'T') std::this_thread::sleep_for(milliseconds(1));
         std::ofstream(g_starved_pid_file + ".tmp") << pid << "\n";
         std::rename((g_starved_pid_file + ".tmp").c_str(), g_starved_pid_file.c_str());
       }).detach();

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/proc_stat.h"
 #include "support/temp_dir.h"
 #include "support/timing.h"
 
@@ -51,6 +52,8 @@ using ::testing::UnorderedElementsAreArray;
 // Nothing in these tests should take longer; a launcher still running then has hung.
 constexpr auto kHardLimit = std::chrono::seconds(30);
 using chorus::testing::kPromptSeconds;  // support/timing.h
+using chorus::testing::ProcStat;        // support/proc_stat.h
+using chorus::testing::ReadProcStat;
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -338,27 +341,6 @@ TEST_F(LaunchTest, SigtermIsForwardedToEveryRank) {
     EXPECT_EQ(Count(r.out, line), 1u) << line << "in:\n" << r.out;  // forwarded exactly once
   }
   EXPECT_LT(r.seconds, kPromptSeconds);
-}
-
-// What /proc/<pid>/stat says of a process: "pid (comm) state ppid ...". comm may hold spaces
-// and parentheses, so the fields after it are found from the last ')'. Empty once it is gone.
-struct ProcStat {
-  std::string comm;
-  char state = '?';
-  pid_t ppid = 0;
-};
-std::optional<ProcStat> ReadProcStat(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return std::nullopt;
-  const size_t open = line.find('(');
-  const size_t close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 4 >= line.size()) {
-    return std::nullopt;
-  }
-  return ProcStat{.comm = line.substr(open + 1, close - open - 1),
-                  .state = line[close + 2],
-                  .ppid = std::atoi(line.c_str() + close + 4)};
 }
 
 // How many processes below `root` (its children, theirs, ...) run the program `name`.

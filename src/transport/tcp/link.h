@@ -122,6 +122,11 @@ struct Link {
   // from before the peer stopped).
   std::atomic<uint64_t> answered{0};
   std::atomic<uint64_t> replies{0};
+  // Whether the last answer is about `call_index` and came after the first `replies_before`.
+  bool AnsweredAfter(uint64_t call_index, uint64_t replies_before) const {
+    return replies.load(std::memory_order_acquire) > replies_before &&
+           answered.load(std::memory_order_acquire) == call_index + 1;
+  }
   std::atomic<uint64_t> reply_started{0};
   std::atomic<int64_t> reply_active{-1};
   std::atomic<int32_t> reply_waiting_for{-1};

@@ -171,14 +171,9 @@ std::vector<PeerState> TcpTransport::Census(uint64_t call_index, Deadline until)
     QueueControl(peer, FrameType::kProbe, call_index, "");
   }
   Wake();
-  auto fresh = [&](int peer) {
-    const Link& l = link(peer);
-    return l.replies.load(std::memory_order_acquire) > asked[Index(peer)] &&
-           l.answered.load(std::memory_order_acquire) == call_index + 1;
-  };
   auto all_answered = [&] {
     for (int peer = 0; peer < size(); ++peer) {
-      if (askable(peer) && !fresh(peer)) return false;
+      if (askable(peer) && !link(peer).AnsweredAfter(call_index, asked[Index(peer)])) return false;
     }
     return true;
   };
@@ -216,9 +211,7 @@ void TcpTransport::ReadAnswers(uint64_t call_index, Askable&& askable,
       s.alive = false;
     } else if (!askable(peer)) {
       s.known = false;
-    } else if ((asked != nullptr &&
-                l.replies.load(std::memory_order_acquire) <= (*asked)[Index(peer)]) ||
-               l.answered.load(std::memory_order_acquire) != call_index + 1) {
+    } else if (!l.AnsweredAfter(call_index, asked != nullptr ? (*asked)[Index(peer)] : 0)) {
       s.answered = false;
     } else {
       s.started = l.reply_started.load(std::memory_order_relaxed);

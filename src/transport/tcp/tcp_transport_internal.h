@@ -136,9 +136,9 @@ class TcpTransport final : public ControlledTransport {
   Status BadFrame(int peer, const std::string& why) const;
   // This rank's own entry of a census.
   PeerState OwnState();
-  // The answers about `call_index` the askable peers gave so far, into `states`.
+  // The answers about `call_index` the askable peers gave so far, into `states`; with `asked` (a
+  // census), only an answer that came after the first asked[peer] of that peer's.
   template <typename Askable>
-  // With `asked` (a census), a peer's answer counts only if it came after asked[peer] replies.
   void ReadAnswers(uint64_t call_index, Askable&& askable, std::vector<PeerState>* states,
                    const std::vector<uint64_t>* asked = nullptr);
   void KillLink(int peer, const std::string& why);
