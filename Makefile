@@ -21,6 +21,8 @@
 #   make bench    build and run the Google Benchmark micro-benchmarks
 #   make soak     collectives under CPU contention for SOAK_SECONDS (default 600) beside SOAK_BUSY
 #                 busy loops (default 4): every result checked, the slowest call per size shown
+#   make torch    install torch (Debian's python3-torch, libtorch-dev), build chorus.torch, the
+#                 torch.distributed backend, and run its tests
 #   make plot     run the demo and render its figures into build/demo/ with matplotlib
 #   make fuzz     build the libFuzzer target with clang and run it for FUZZ_SECONDS
 #   make asan | tsan | consumer | format | format-check | clean
@@ -102,7 +104,7 @@ TSAN_ENV = CHORUS_TEST_SCALE=small TSAN_OPTIONS=halt_on_error=1:second_deadlock_
 # Each recipe line runs after the previous target finished; the parallelism is inside CMake.
 .NOTPARALLEL:
 .PHONY: all deps configure build build-types demo plot test test-build test-stress asan tsan fuzz \
-        shm-check consumer bench soak format format-check clean
+        shm-check consumer bench soak torch format format-check clean
 
 all: build
 
@@ -220,6 +222,18 @@ fuzz: deps
 # installed demo's plots, add_subdirectory).
 consumer: build
 	bash scripts/ctest.sh $(CTEST) --test-dir $(BUILD_DIR) $(CTEST_FLAGS) -L consumer
+
+# chorus.torch, the torch.distributed backend: installs Debian's python3-torch and libtorch-dev
+# (about 900 MB, which `make deps` leaves out), builds the extension chorus._torch into
+# $(BUILD_DIR)/python and runs its tests (python/tests/test_torch.py). Once torch is installed
+# the normal build makes the extension too, and `make test` runs these tests with the others.
+torch:
+	@bash scripts/install-deps.sh python3-torch libtorch-dev
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCHORUS_DEBUG_INFO=$(DEBUG_INFO) \
+	  -DCHORUS_WERROR=ON -DCHORUS_BUILD_TORCH=ON
+	$(CMAKE) --build $(BUILD_DIR) -j$(JOBS)
+	cd $(BUILD_DIR) && PYTHONPATH=$$PWD/python CHORUS_CLI=$$PWD/chorus \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(CURDIR)/python/tests/test_torch.py
 
 soak: build
 	./$(BUILD_DIR)/tests/chorus_soak --seconds $(SOAK_SECONDS) --busy $(SOAK_BUSY)

@@ -1,8 +1,9 @@
 """Builds the extension chorus._chorus for `pip install .` (see pyproject.toml).
 
 CMake configures this checkout with only the library and the Python package on
-(CHORUS_PYTHON_BUNDLE: the extension's RPATH is $ORIGIN) and builds target chorus_python; the
-extension and libchorus.so.0 then go into the wheel's chorus/ directory side by side, with the
+(CHORUS_PYTHON_BUNDLE: the extension's RPATH is $ORIGIN) and builds target chorus_python (and
+chorus_torch, chorus.torch's extension, where libtorch-dev is found); the
+extensions and libchorus.so.0 then go into the wheel's chorus/ directory side by side, with the
 demo's plot script as chorus/plot.py. The CMake tree is build/pip/ under this checkout.
 """
 
@@ -29,10 +30,14 @@ class CMakeBuild(build_ext):
             "-DCHORUS_BUILD_EXAMPLES=OFF", "-DCHORUS_BUILD_PYTHON=ON",
             "-DCHORUS_PYTHON_BUNDLE=ON", f"-DPython_EXECUTABLE={sys.executable}"])
         jobs = str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", str(tree), "--target", "chorus_python",
+        targets = ["chorus_python"]
+        # chorus.torch's extension too, where CMake found Debian's libtorch-dev.
+        if "CHORUS_BUILD_TORCH:BOOL=ON" in (tree / "CMakeCache.txt").read_text():
+            targets.append("chorus_torch")
+        subprocess.check_call(["cmake", "--build", str(tree), "--target", *targets,
                                "--parallel", jobs])
         built = tree / "python" / "chorus"
-        for module in built.glob("_chorus*.so"):
+        for module in [*built.glob("_chorus*.so"), *built.glob("_torch*.so")]:
             shutil.copy2(module, package / module.name)
         shutil.copy2(built / "libchorus.so.0", package / "libchorus.so.0")
         shutil.copy2(ROOT / "scripts" / "plot_demo.py", package / "plot.py")
