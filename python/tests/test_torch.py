@@ -1,8 +1,8 @@
-"""chorus.torch, the torch.distributed backend: every collective on 4 shm ranks and on TCP ranks,
-DDP training against Gloo's, sharded training (all_gather_into_tensor, reduce_scatter_tensor)
-against DDP and in bfloat16, and a rank that dies. Each job is torch_ranks.py under
-`chorus launch`. Skipped where torch or the extension chorus._torch is not there (the build
-makes it where Debian's libtorch-dev is installed)."""
+"""chorus.torch, the torch.distributed backend: every collective on 4 shm ranks and 2 TCP ranks
+under `chorus launch` and on 2 ranks under torchrun, DDP training against Gloo's, sharded
+training (all_gather_into_tensor, reduce_scatter_tensor) against DDP and in bfloat16, and a rank
+that dies. Each job runs torch_ranks.py. Skipped where torch or the extension chorus._torch is
+not there (the build makes it where Debian's libtorch-dev is installed)."""
 
 import os
 import re
@@ -48,6 +48,16 @@ def test_every_collective(tmp_path, n, transport, store):
                "BXOR on Int" in out.stdout, out.stdout
         assert f"rank {r} refused: chorus: torch allreduce: tensors must be contiguous" \
                in out.stdout, out.stdout
+
+
+def test_under_torchrun():
+    # Debian's Python 3.11 needs --redirects 1 --tee 1 (torchrun's default output handling
+    # crashes there).
+    out = run_process([PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                       "--redirects", "1", "--tee", "1", RANKS, "env", "collectives"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    for r in range(2):
+        assert f"rank {r} collectives ok on shm" in out.stdout, out.stdout + out.stderr
 
 
 def test_ddp_trains_as_with_gloo(tmp_path):

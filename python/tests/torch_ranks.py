@@ -1,6 +1,7 @@
 """One rank of the torch tests (test_torch.py), started by `chorus launch`:
     torch_ranks.py STORE_FILE MODE [BACKEND]
-The ranks meet through a torch FileStore in STORE_FILE, or a TCPStore if it ends in ".tcp".
+The ranks meet through a torch FileStore in STORE_FILE, a TCPStore if it ends in ".tcp", or
+torchrun's store if it is "env" (then torchrun starts the ranks).
 MODE collectives: every torch.distributed collective on the backend, checked exactly.
 MODE ddp: a DDP training run (prints the losses); MODE sharded: that run, then the same model
 trained with its parameters sharded across the ranks (all_gather_into_tensor,
@@ -20,9 +21,12 @@ import chorus.torch
 
 store, mode = sys.argv[1], sys.argv[2]
 backend = sys.argv[3] if len(sys.argv) > 3 else "chorus"
-r, p = int(os.environ["CHORUS_RANK"]), int(os.environ["CHORUS_WORLD_SIZE"])
+r = int(os.environ.get("CHORUS_RANK", os.environ.get("RANK", "-1")))
+p = int(os.environ.get("CHORUS_WORLD_SIZE", os.environ.get("WORLD_SIZE", "0")))
 timeout = datetime.timedelta(seconds=60)
-if store.endswith(".tcp"):
+if store == "env":
+    dist.init_process_group(backend, timeout=timeout)  # torchrun's MASTER_ADDR and MASTER_PORT
+elif store.endswith(".tcp"):
     # A TCPStore (what torchrun and MASTER_ADDR give) on a port the kernel chose: rank 0 serves
     # it and names the port in the file STORE (written whole, by a rename).
     if r == 0:
