@@ -375,8 +375,8 @@ class ChorusWork final : public c10d::Work {
 
 class ProcessGroupChorus final : public c10d::ProcessGroup {
  public:
-  ProcessGroupChorus(int rank, int size, Communicator comm, milliseconds timeout)
-      : c10d::ProcessGroup(rank, size), comm_(std::move(comm)), timeout_(timeout) {
+  ProcessGroupChorus(int rank, int size, Communicator comm)
+      : c10d::ProcessGroup(rank, size), comm_(std::move(comm)) {
     worker_ = std::thread([this] { Run(); });
   }
 
@@ -561,16 +561,8 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     const char* what = "gather";
     const at::Tensor in = One(what, CollectiveKind::kGather, inputs);
     const int root = Root(what, CollectiveKind::kGather, opts.rootRank);
-    std::vector<at::Tensor> outs;
-    if (rank_ == root) {
-      if (outputs.size() != 1) {
-        Refuse(what, CollectiveKind::kGather, "the root needs one list of output tensors");
-      }
-      outs = outputs[0];
-      Blocks(what, CollectiveKind::kGather, outs, in);
-    } else if (!outputs.empty() && !(outputs.size() == 1 && outputs[0].empty())) {
-      Refuse(what, CollectiveKind::kGather, "only the root takes output tensors");
-    }
+    const std::vector<at::Tensor> outs =
+        RootList(what, CollectiveKind::kGather, root, outputs, in, "output");
     return Issue(
         c10d::OpType::GATHER, outs,
         [=, this](const CallOptions& o) {
@@ -590,16 +582,8 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     const char* what = "scatter";
     const at::Tensor out = One(what, CollectiveKind::kScatter, outputs);
     const int root = Root(what, CollectiveKind::kScatter, opts.rootRank);
-    std::vector<at::Tensor> ins;
-    if (rank_ == root) {
-      if (inputs.size() != 1) {
-        Refuse(what, CollectiveKind::kScatter, "the root needs one list of input tensors");
-      }
-      ins = inputs[0];
-      Blocks(what, CollectiveKind::kScatter, ins, out);
-    } else if (!inputs.empty() && !(inputs.size() == 1 && inputs[0].empty())) {
-      Refuse(what, CollectiveKind::kScatter, "only the root takes input tensors");
-    }
+    const std::vector<at::Tensor> ins =
+        RootList(what, CollectiveKind::kScatter, root, inputs, out, "input");
     return Issue(
         c10d::OpType::SCATTER, {out},
         [=, this](const CallOptions& o) {
@@ -799,6 +783,22 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
                    " elements, like this rank's, not " + std::to_string(b.numel()));
       }
     }
+  }
+
+  // A gather's or scatter's list of tensors: the root's one list (one tensor per rank, each like
+  // `one`); the other ranks may give none.
+  std::vector<at::Tensor> RootList(const std::string& what, CollectiveKind kind, int root,
+                                   const std::vector<std::vector<at::Tensor>>& lists,
+                                   const at::Tensor& one, const std::string& role) {
+    if (rank_ != root) {
+      if (!lists.empty() && !(lists.size() == 1 && lists[0].empty())) {
+        Refuse(what, kind, "only the root takes " + role + " tensors");
+      }
+      return {};
+    }
+    if (lists.size() != 1) Refuse(what, kind, "the root needs one list of " + role + " tensors");
+    Blocks(what, kind, lists[0], one);
+    return lists[0];
   }
 
   Reduction Reducing(const std::string& what, CollectiveKind kind, const c10d::ReduceOp& op,
@@ -1019,7 +1019,6 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   static constexpr size_t kInlineBytes = 64 << 10;
 
   Communicator comm_;
-  const milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
@@ -1058,7 +1057,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     return Communicator::Create(*options);
   }();
   TORCH_CHECK(comm.ok(), "chorus: ", comm.status().ToString());
-  return c10::make_intrusive<ProcessGroupChorus>(rank, size, std::move(*comm), timeout);
+  return c10::make_intrusive<ProcessGroupChorus>(rank, size, std::move(*comm));
 }
 
 }  // namespace
