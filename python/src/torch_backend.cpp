@@ -296,13 +296,18 @@ Reduction PlanReduction(const c10d::ReduceOp& rop, at::ScalarType t) {
 
 // ---------------------------------------------------------------- work
 
+struct CallQueue;
+
 // A call's Work. Its state is its future's: wait() returns once the future is completed, and
 // the future's callbacks (DDP's) run where Finish is called, which is never the worker thread
 // (a callback may issue a collective and wait for it).
 class ChorusWork final : public c10d::Work {
  public:
-  ChorusWork(c10d::OpType type, std::vector<at::Tensor> outputs)
+  // `queue`: the group's calls (Waited, RunHere); null for a Work that is done at once.
+  ChorusWork(c10d::OpType type, std::vector<at::Tensor> outputs,
+             std::shared_ptr<CallQueue> queue = nullptr)
       : c10d::Work(-1, type),
+        queue_(std::move(queue)),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))),
@@ -326,9 +331,12 @@ class ChorusWork final : public c10d::Work {
   void synchronize() override {}
 
   // Waits for the call (at most `timeout`; kNoTimeout: until it ends, which chorus's deadline
-  // bounds) and raises its error.
+  // bounds) and raises its error. Without a timeout, a call still queued runs on this thread
+  // once it is next (RunHere).
   bool wait(milliseconds timeout) override {
+    if (queue_ != nullptr) Waited();
     if (timeout == kNoTimeout) {
+      if (queue_ != nullptr && !future_->completed()) RunHere();
       future_->wait();
     } else {
       std::unique_lock<std::mutex> lock(done_->mu);
@@ -366,10 +374,77 @@ class ChorusWork final : public c10d::Work {
     std::condition_variable cv;
     bool done = false;
   };
+  // Runs this Work's call on the waiting thread once it is next in the queue and no call runs,
+  // instead of waking the worker for it and then waking this thread back: a synchronous call
+  // (`dist.all_reduce` without async_op waits at once) costs what an inline one does. Returns
+  // once the call has run here, or as soon as the worker has taken it.
+  void RunHere();
+  // Tells the queue that this Work is being waited for (CallQueue::prompt).
+  void Waited();
+
+  std::shared_ptr<CallQueue> queue_;
   const std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::shared_ptr<Done> done_;
 };
+
+// A group's calls in issue order. One runs at a time (`busy`): on the worker thread, on the
+// thread that issued it (a small call when nothing is queued), or on the thread that waits for
+// it (ChorusWork::RunHere). Shared with the Works, which may outlive their group: a group
+// destroyed has run every call it queued, and its Works then find their calls gone.
+struct CallQueue {
+  struct Entry {
+    std::function<Status()> run;
+    c10::intrusive_ptr<ChorusWork> work;  // null for a refusal's notice to the peers
+  };
+  std::mutex mu;
+  // Rung when a call is queued and when one ends: the worker and RunHere wait on it.
+  std::condition_variable cv;
+  std::deque<Entry> entries;
+  bool busy = false;
+  bool stop = false;  // the group is being destroyed: the worker ends once the queue is empty
+  // Whether the caller waits for each call at once: it waited (Work.wait) for the last call it
+  // issued, within kPrompt of issuing it and before issuing another, as torch's synchronous
+  // calls do. Then a large call, too, runs on the caller's thread when nothing is queued:
+  // handing it to the worker and waking the caller back cost more than the call itself up to
+  // about 1 MiB. A caller that waits later, or through the future (DDP's reducer), has its
+  // large calls queued, to overlap them with its work.
+  bool prompt = false;
+  const ChorusWork* last = nullptr;  // the last call issued (only compared)
+  std::chrono::steady_clock::time_point last_issued;
+  bool last_waited = false;
+  static constexpr std::chrono::microseconds kPrompt{200};
+};
+
+void ChorusWork::Waited() {
+  CallQueue& q = *queue_;
+  std::lock_guard<std::mutex> lock(q.mu);
+  if (q.last != this || q.last_waited) return;
+  q.last_waited = true;
+  q.prompt = std::chrono::steady_clock::now() - q.last_issued <= CallQueue::kPrompt;
+}
+
+void ChorusWork::RunHere() {
+  CallQueue& q = *queue_;
+  std::unique_lock<std::mutex> lock(q.mu);
+  for (;;) {
+    const auto it = std::find_if(q.entries.begin(), q.entries.end(),
+                                 [&](const CallQueue::Entry& e) { return e.work.get() == this; });
+    if (it == q.entries.end()) return;  // the worker took it
+    if (it == q.entries.begin() && !q.busy) break;
+    q.cv.wait(lock);
+  }
+  CallQueue::Entry entry = std::move(q.entries.front());
+  q.entries.pop_front();
+  q.busy = true;
+  lock.unlock();
+  const Status status = entry.run();
+  lock.lock();
+  q.busy = false;
+  q.cv.notify_all();
+  lock.unlock();
+  Finish(status);
+}
 
 // ---------------------------------------------------------------- the process group
 
@@ -386,10 +461,10 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     std::optional<py::gil_scoped_release> release;
     if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->stop = true;
     }
-    cv_.notify_all();
+    queue_->cv.notify_all();
     worker_.join();
     {
       std::lock_guard<std::mutex> lock(done_mu_);
@@ -715,13 +790,14 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   std::string Transport() const { return std::string(TransportKindName(comm_.transport())); }
 
  private:
-  using Task = std::function<void()>;
-
   // Refuses this rank's call: the peers hear of it in that call (in order, on the worker), and
   // this rank raises now.
   [[noreturn]] void Refuse(const std::string& what, CollectiveKind kind, const std::string& why) {
     const std::string reason = "torch " + what + ": " + why;
-    Enqueue([this, kind, reason] { comm_.RejectCall(kind, reason).IgnoreError(); });
+    Enqueue([this, kind, reason] {
+      comm_.RejectCall(kind, reason).IgnoreError();
+      return Status::Ok();
+    });
     TORCH_CHECK(false, "chorus: ", reason);
   }
 
@@ -889,16 +965,17 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   // Runs `call` in the order issued and returns its Work. A small call (at most kInlineBytes
   // moved) runs at once on the caller's thread when nothing is queued or running: it takes a few
   // microseconds, less than handing it to the worker and waking the caller back. A larger one
-  // goes to the worker, so that the caller (DDP's backward pass) goes on meanwhile; its Work is
-  // completed by a completer thread (Complete), so that a callback of its future may issue
-  // another call and wait for it.
+  // is queued for the worker, so that the caller (DDP's backward pass) goes on meanwhile; a
+  // Work the worker runs is completed by a completer thread (Complete), so that a callback of
+  // its future may issue another call and wait for it. A caller that waits for its Work before
+  // the worker has taken the call runs it itself (ChorusWork::RunHere).
   template <typename Call>
   c10::intrusive_ptr<c10d::Work> Issue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                        Call call, milliseconds timeout, size_t moved = 0) {
     size_t out_bytes = 0;
     for (const at::Tensor& t : outputs) out_bytes += t.nbytes();
     moved = std::max(moved, out_bytes);
-    auto work = c10::make_intrusive<ChorusWork>(type, std::move(outputs));
+    auto work = c10::make_intrusive<ChorusWork>(type, std::move(outputs), queue_);
     CallOptions o;
     if (timeout != c10d::kUnsetTimeout) o.timeout = timeout;
     const CollectiveKind kind = KindOf(type);
@@ -914,24 +991,27 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
         return Internal(std::string(CollectiveKindName(kind)) + ": " + why);
       }
     };
-    if (moved <= kInlineBytes) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (queue_.empty() && !busy_) {
-        busy_ = true;
-        lock.unlock();
-        const Status s = run();
-        lock.lock();
-        busy_ = false;
-        if (!queue_.empty()) cv_.notify_all();  // issued by another thread meanwhile
-        lock.unlock();
-        work->Finish(s);
-        return work;
-      }
-    }
-    Enqueue([this, run, work] {
+    CallQueue& q = *queue_;
+    std::unique_lock<std::mutex> lock(q.mu);
+    if (q.last != nullptr && !q.last_waited) q.prompt = false;
+    q.last = work.get();
+    q.last_waited = false;
+    if ((moved <= kInlineBytes || q.prompt) && q.entries.empty() && !q.busy) {
+      q.busy = true;
+      lock.unlock();
       const Status s = run();
-      Complete(work, s);
-    });
+      lock.lock();
+      q.busy = false;
+      if (!q.entries.empty()) q.cv.notify_all();  // issued by another thread meanwhile
+      q.last_issued = std::chrono::steady_clock::now();
+      lock.unlock();
+      work->Finish(s);
+      return work;
+    }
+    q.entries.push_back({std::move(run), work});
+    q.last_issued = std::chrono::steady_clock::now();
+    lock.unlock();
+    q.cv.notify_all();
     return work;
   }
 
@@ -963,12 +1043,14 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     }
   }
 
-  void Enqueue(Task task) {
+  // Queues `run` (the call of `work`, or with no Work a refusal's notice) behind every call
+  // issued before it.
+  void Enqueue(std::function<Status()> run, c10::intrusive_ptr<ChorusWork> work = {}) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(task));
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->entries.push_back({std::move(run), std::move(work)});
     }
-    cv_.notify_all();
+    queue_->cv.notify_all();
   }
 
   // Completes a Work of the worker's on a completer thread, which runs its future's callbacks.
@@ -1000,30 +1082,29 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     }
   }
 
-  // The worker: one call at a time, never while a caller runs one (busy_).
+  // The worker: one call at a time, never while another thread runs one (CallQueue::busy).
   void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
+    CallQueue& q = *queue_;
+    std::unique_lock<std::mutex> lock(q.mu);
     for (;;) {
-      cv_.wait(lock, [&] { return (stop_ || !queue_.empty()) && !busy_; });
-      if (queue_.empty()) return;  // stopped, and every issued call has run
-      Task task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      q.cv.wait(lock, [&] { return (q.stop || !q.entries.empty()) && !q.busy; });
+      if (q.entries.empty()) return;  // stopped, and every issued call has run
+      CallQueue::Entry entry = std::move(q.entries.front());
+      q.entries.pop_front();
+      q.busy = true;
       lock.unlock();
-      task();
+      const Status status = entry.run();
+      if (entry.work != nullptr) Complete(std::move(entry.work), status);
       lock.lock();
-      busy_ = false;
+      q.busy = false;
+      q.cv.notify_all();  // a caller waiting for its call's turn (ChorusWork::RunHere)
     }
   }
 
   static constexpr size_t kInlineBytes = 64 << 10;
 
   Communicator comm_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  bool busy_ = false;  // a call is running, on the worker or on its caller's thread
-  bool stop_ = false;
+  const std::shared_ptr<CallQueue> queue_ = std::make_shared<CallQueue>();
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   std::deque<std::pair<c10::intrusive_ptr<ChorusWork>, Status>> done_queue_;

@@ -134,14 +134,35 @@ def collectives():
     w.wait()
     assert torch.all(w.get_future().value()[0] == p)  # complete once wait() has returned
     # A callback of a call's future that issues another call and waits for it (as PowerSGD's
-    # hook does), after a small call and after a large one (which runs on the worker).
+    # hook does), after a small call and after a large one. The large one is issued while an
+    # earlier call is not yet waited for, so it is queued and the worker runs it.
     for n in (4, 1 << 17):
         def nested(f):
             y = torch.ones(3)
             dist.all_reduce(y, async_op=True).get_future().wait()
             return f.value()[0].sum().item() + y.sum().item()
+        earlier = dist.all_reduce(torch.ones(n), async_op=True)
         got = dist.all_reduce(torch.ones(n), async_op=True).get_future().then(nested).wait()
         assert got == n * p + 3 * p, (n, got)
+        earlier.wait()
+    # Large calls waited for at once, which then run on the caller's thread; then large calls
+    # issued together and waited for last first: queued, each run by the worker or by its
+    # waiter once it is next.
+    big = 1 << 17
+    for i in range(3):
+        x = torch.full((big,), float(r + i))
+        dist.all_reduce(x)
+        assert torch.all(x == sum(q + i for q in range(p))), (i, x)
+    xs = [torch.full((big,), float(i)) for i in range(4)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    for i in reversed(range(4)):
+        works[i].wait()
+        assert torch.all(xs[i] == i * p), (i, xs[i])
+    gathered = torch.empty(p * big)
+    for i in range(2):
+        dist.all_gather_into_tensor(gathered, torch.full((big,), float(r + i)))
+        want = torch.cat([torch.full((big,), float(q + i)) for q in range(p)])
+        assert torch.equal(gathered, want), i
     dist.barrier()
     pair = dist.new_group([0, 1], backend="chorus")
     if r < 2:
