@@ -128,6 +128,7 @@ struct Traffic {
 
 struct TrafficCounters {
   std::array<Traffic, kNumCollectiveKinds> by_kind{};
+  Traffic messages;  // point-to-point: Send and Recv
   Traffic total;
 
   const Traffic& of(CollectiveKind kind) const { return by_kind[static_cast<int>(kind)]; }
@@ -291,6 +292,30 @@ class Communicator {
   // read-only or non-contiguous array), so that the peers hear of it instead of waiting out
   // their deadline. A failed communicator returns its failure instead.
   Status RejectCall(CollectiveKind kind, const std::string& reason);
+
+  // Point-to-point. Send sends `data` to rank `peer` and returns once it is out of `data` (the
+  // caller may reuse it), whether or not `peer` has called Recv yet; Recv receives the next
+  // message from `peer` into `data`. Between two ranks messages arrive in the order sent; a
+  // Recv's count, type and tag must be its message's, else the call fails on this rank with
+  // kFailedPrecondition naming both and the group fails. A message to this rank itself waits
+  // for its Recv. Messages and collectives may interleave as in MPI: a message sent before a
+  // collective may be received after it (the receiver keeps it meanwhile), and ranks that all
+  // send before they receive (an exchange, a ring shift) do not deadlock. What cannot work
+  // fails rather than hangs: a Recv that finds its peer's data of a collective first (the peer
+  // sent nothing before that collective) fails with kFailedPrecondition. Sizes are not limited
+  // by the transport: large messages go in segments. A bad argument (a peer out of range, a
+  // null buffer) returns kInvalidArgument and sends nothing; any other failure (deadline, a
+  // peer's death) is sticky, as for collectives. The other ranks take no part.
+  Status Send(ConstBuffer data, int peer, const MessageOptions& options = {});
+  Status Recv(MutableBuffer data, int peer, const MessageOptions& options = {});
+  template <Element T>  // T may be const
+  Status Send(std::span<T> data, int peer, const MessageOptions& options = {}) {
+    return Send(MakeBuffer(std::span<const std::remove_cv_t<T>>(data)), peer, options);
+  }
+  template <Element T>
+  Status Recv(std::span<T> data, int peer, const MessageOptions& options = {}) {
+    return Recv(MakeBuffer(data), peer, options);
+  }
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

@@ -143,5 +143,14 @@ struct CallOptions {
   std::string algorithm;
 };
 
+// Options of one point-to-point call (Communicator::Send and Recv).
+struct MessageOptions {
+  // Overrides CommOptions::timeout for this call.
+  std::optional<std::chrono::milliseconds> timeout;
+  // The message's tag. A Recv takes the next message from its peer, whatever its tag; the tags
+  // must then be the same, as the counts and types must (there is no matching by tag).
+  uint32_t tag = 0;
+};
+
 CHORUS_API_END
 }  // namespace chorus

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "algo/p2p.h"
 #include "algo/select.h"
 #include "base/collectives.h"
 #include "base/stream_copy.h"
@@ -132,7 +133,12 @@ Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
   const uint64_t call = ctx_.tag.call_index;
   const WaitResult r = ctx_.waiter->Wait(
       ready, [&] { return t.failed() || t.Rejected(call) || !t.PeerAlive(peer); }, t.doorbell(),
-      peer, [&] { return FindDisagreement(); });
+      peer,
+      [&] {
+        // A rank held up sending this rank messages may be what this wait waits for.
+        if (ctx_.p2p != nullptr) ctx_.p2p->StashArrivals();
+        return FindDisagreement();
+      });
   if (r != WaitResult::kReady) {
     if (!disagreement_.ok()) return disagreement_;
     return WaitFailed(r, what, peer);
@@ -204,6 +210,12 @@ Status Channel::Await(int peer, size_t n, Message* m) {
     // to take back: leave it alone.
     if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "data from", peer);
     if (m->tag == tag_) break;
+    // A point-to-point message its sender sent before this call: kept for the Recv that takes
+    // it (algo/p2p.h).
+    if (IsMessage(m->tag) && ctx_.p2p != nullptr) {
+      ctx_.p2p->StashHead(peer);
+      continue;
+    }
     // Left over from a call that some rank rejected: its sender abandoned it, and so did we.
     if (m->tag.call_index < call && t_.Abandoned(m->tag.call_index)) {
       t_.Release(peer);

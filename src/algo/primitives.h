@@ -29,6 +29,8 @@
 
 namespace chorus::internal {
 
+class PointToPoint;
+
 // Everything one rank knows about the call it is running.
 struct CallContext {
   Transport* transport = nullptr;
@@ -53,6 +55,9 @@ struct CallContext {
   Traffic* traffic = nullptr;       // counters of this call's kind
   // The rank's choice of stores for copies into staging slots; null: ordinary stores.
   SlotWriter* slot_writer = nullptr;
+  // Where point-to-point messages found ahead of this call's data go (algo/p2p.h); null: none
+  // are expected.
+  PointToPoint* p2p = nullptr;
 };
 
 // Per-peer operations with waiting, checking and counting; the building block of every

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "algo/p2p.h"
 #include "algo/primitives.h"
 #include "algo/select.h"
 #include "base/collectives.h"
@@ -36,6 +37,8 @@ class alignas(64) CommState {
   void HostStore(std::unique_ptr<TcpStoreServer> server) { store_server_ = std::move(server); }
 
   Status Run(const CallArgs& call, const CallOptions& options);
+  Status Send(ConstBuffer data, int peer, const MessageOptions& options);
+  Status Recv(MutableBuffer data, int peer, const MessageOptions& options);
   Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
   Status health() const;
@@ -45,8 +48,13 @@ class alignas(64) CommState {
 
  private:
   void Quiesce(uint64_t call);
-  // OK when call `call` of `kind` may start: no sticky failure and none recorded by the group.
-  Status Admit(CollectiveKind kind);
+  // OK when a call of `op` may start: no sticky failure and none recorded by the group.
+  Status Admit(std::string_view op);
+  // Checks a point-to-point call's arguments; `op` is "send" or "recv".
+  Status CheckMessage(const char* op, const void* data, size_t count, DataType dtype, int peer,
+                      const MessageOptions& options) const;
+  // Ends a point-to-point call: counts it, or keeps its failure.
+  Status EndMessage(Status status);
   // Runs call `call` (validated) on the selected algorithm; counts its bytes, not the call.
   Status Execute(const CallArgs& args, const CallOptions& options, uint64_t call);
   // What a valid call derives from its arguments: validated, normalised, selected.
@@ -85,6 +93,7 @@ class alignas(64) CommState {
   TransportKind kind_;
   CommOptions options_;
   Waiter waiter_;
+  PointToPoint p2p_;
   SlotWriter slot_writer_;
   Selector selector_;
   Status sticky_;

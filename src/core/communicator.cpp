@@ -68,6 +68,7 @@ CommState::CommState(std::unique_ptr<Transport> transport, TransportKind kind,
       kind_(kind),
       options_(options),
       waiter_(PolicyFor(*transport_, kind, options.wait, own_cpu), &transport_->beacon()),
+      p2p_(*transport_, waiter_),
       slot_writer_(MakeSlotWriter(options.slot_stores)),
       selector_({.kind = CollectiveKind::kAllReduce,
                  .transport = kind,
@@ -147,16 +148,15 @@ void CommState::Plan::KeepArrays() {
   }
 }
 
-Status CommState::Admit(CollectiveKind kind) {
+Status CommState::Admit(std::string_view op) {
   if (!sticky_.ok()) return sticky_;
   // The recorded failure only: a peer that already left is no reason to refuse a call that
   // may not need it (a zero count); waits notice dead peers they depend on.
   // failed() first: failure() reads the clock (it waits out a half-written record).
   if (transport_->failed()) {
     const Status cause = transport_->failure();
-    sticky_ =
-        Status(cause.code(), std::string(CollectiveKindName(kind)) + ": rank " +
-                                 std::to_string(rank()) + " cannot start: " + cause.message());
+    sticky_ = Status(cause.code(), std::string(op) + ": rank " + std::to_string(rank()) +
+                                       " cannot start: " + cause.message());
     return sticky_;
   }
   return Status::Ok();
@@ -164,7 +164,7 @@ Status CommState::Admit(CollectiveKind kind) {
 
 Status CommState::RejectCall(CollectiveKind kind, const std::string& reason) {
   const uint64_t call = calls_++;
-  CHORUS_RETURN_IF_ERROR(Admit(kind));
+  CHORUS_RETURN_IF_ERROR(Admit(CollectiveKindName(kind)));
   Status invalid = InvalidArgument(std::string(CollectiveKindName(kind)) + ": " + reason);
   transport_->Reject(call, invalid.message());
   return invalid;
@@ -173,7 +173,7 @@ Status CommState::RejectCall(CollectiveKind kind, const std::string& reason) {
 Status CommState::Run(const CallArgs& args, const CallOptions& options) {
   const uint64_t call = calls_++;
   const CollectiveKind kind = args.kind;
-  CHORUS_RETURN_IF_ERROR(Admit(kind));
+  CHORUS_RETURN_IF_ERROR(Admit(CollectiveKindName(kind)));
   Status status;
   Plan* known = nullptr;
   for (Plan& plan : plans_) {
@@ -282,7 +282,65 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
   ctx.scratch = scratch_;
   ctx.operands = operands_;
   ctx.messages = messages_;
+  ctx.p2p = &p2p_;
   return Status::Ok();
+}
+
+Status CommState::CheckMessage(const char* op, const void* data, size_t count, DataType dtype,
+                               int peer, const MessageOptions& options) const {
+  const std::string name = std::string(op) + ": ";
+  if (peer < 0 || peer >= size()) {
+    return InvalidArgument(name + "peer (" + std::to_string(peer) + ") is not a rank in [0, " +
+                           std::to_string(size()) + ")");
+  }
+  if (!IsValid(dtype)) {
+    return InvalidArgument(name + "data.dtype (" + std::to_string(static_cast<int>(dtype)) +
+                           ") is not a chorus::DataType");
+  }
+  if (data == nullptr && count > 0) {
+    return InvalidArgument(name + "data.data is null but data.count is " + std::to_string(count));
+  }
+  if (count > std::numeric_limits<size_t>::max() / 2 / DataTypeSize(dtype)) {
+    return InvalidArgument(name + "data.count (" + std::to_string(count) + ") is too large");
+  }
+  if (options.timeout && options.timeout->count() <= 0) {
+    return InvalidArgument(name + "options.timeout (" + std::to_string(options.timeout->count()) +
+                           " ms) must be positive");
+  }
+  return Status::Ok();
+}
+
+Status CommState::EndMessage(Status status) {
+  if (!status.ok()) {
+    transport_->beacon().waiting_for.store(0, std::memory_order_relaxed);  // after a timeout
+    if (status.code() != StatusCode::kInvalidArgument) sticky_ = status;
+    return status;
+  }
+  ++traffic_.messages.calls;
+  ++traffic_.total.calls;
+  return status;
+}
+
+Status CommState::Send(ConstBuffer data, int peer, const MessageOptions& options) {
+  CHORUS_RETURN_IF_ERROR(Admit("send"));
+  CHORUS_RETURN_IF_ERROR(CheckMessage("send", data.data, data.count, data.dtype, peer, options));
+  waiter_.StartCall(options.timeout.value_or(options_.timeout));
+  const uint64_t before = traffic_.messages.bytes_sent;
+  Status status =
+      p2p_.Send(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages);
+  traffic_.total.bytes_sent += traffic_.messages.bytes_sent - before;
+  return EndMessage(std::move(status));
+}
+
+Status CommState::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
+  CHORUS_RETURN_IF_ERROR(Admit("recv"));
+  CHORUS_RETURN_IF_ERROR(CheckMessage("recv", data.data, data.count, data.dtype, peer, options));
+  waiter_.StartCall(options.timeout.value_or(options_.timeout));
+  const uint64_t before = traffic_.messages.bytes_received;
+  Status status =
+      p2p_.Recv(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages);
+  traffic_.total.bytes_received += traffic_.messages.bytes_received - before;
+  return EndMessage(std::move(status));
 }
 
 Status CommState::Launch(Plan& plan, uint64_t call) {
@@ -562,6 +620,14 @@ Status Communicator::ScatterV(ConstBuffer send, std::span<const size_t> counts, 
 }
 
 void Communicator::Abort() { state_->Abort(); }
+Status Communicator::Send(ConstBuffer data, int peer, const MessageOptions& options) {
+  return state_->Send(data, peer, options);
+}
+
+Status Communicator::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
+  return state_->Recv(data, peer, options);
+}
+
 Status Communicator::health() const { return state_->health(); }
 TrafficCounters Communicator::traffic() const { return state_->traffic(); }
 void Communicator::ResetTraffic() { state_->ResetTraffic(); }

@@ -104,6 +104,10 @@ class Transport {
   virtual bool TryPeek(int peer, Message* m, const CallTag* expect) = 0;
   // Releases the message TryPeek(peer) returned.
   virtual void Release(int peer) = 0;
+  // False while this rank has no link to `peer` (TCP links are made when first used, and a
+  // TryPeek asks for one): then `peer` has sent this rank nothing. For a look at every peer
+  // that should not connect them all (PointToPoint::StashArrivals).
+  virtual bool Linked(int /*peer*/) { return true; }
   // True when `peer` has released every message posted to it.
   virtual bool Drained(int peer) = 0;
 

@@ -101,6 +101,37 @@ TEST(MpiCreate, SelectionKeepsToPointToPointAlgorithms) {
   }
 }
 
+// Point-to-point messages over MPI: every rank sends to every other before it receives
+// (senders out of room keep going only by taking in what arrives), around a collective, in
+// small segments.
+TEST(MpiMessages, AllSendFirstThenReceiveAroundACollective) {
+  Communicator comm =
+      MustCreate(MPI_COMM_WORLD, {.timeout = kTimeout, .segment_bytes = 4096, .pipeline_depth = 2});
+  const int p = comm.size();
+  const int r = comm.rank();
+  auto value = [](int from, int to, size_t i) {
+    return static_cast<int32_t>(from * 100003 + to * 1009 + static_cast<int>(i % 997));
+  };
+  for (size_t count : {size_t{0}, size_t{3}, size_t{20000}}) {
+    for (int step = 1; step < p; ++step) {
+      const int to = (r + step) % p;
+      std::vector<int32_t> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = value(r, to, i);
+      ASSERT_TRUE(comm.Send(std::span<const int32_t>(data), to, {.tag = 9}).ok());
+    }
+    std::vector<float> ones(100, 1.0f);
+    ASSERT_TRUE(comm.AllReduce(std::span<float>(ones), ReduceOp::kSum).ok());
+    EXPECT_EQ(ones, std::vector<float>(100, static_cast<float>(p)));
+    for (int step = 1; step < p; ++step) {
+      const int from = (r - step + p) % p;
+      std::vector<int32_t> got(count, -1);
+      const Status s = comm.Recv(std::span<int32_t>(got), from, {.tag = 9});
+      ASSERT_TRUE(s.ok()) << s;
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], value(from, r, i)) << i;
+    }
+  }
+}
+
 TEST(MpiCreate, SubCommunicator) {
   // Two groups, even and odd world ranks, each summing its own world ranks.
   const int world_rank = WorldRank();

@@ -38,6 +38,7 @@ class HybridTransport final : public Transport {
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
   bool TryPeek(int peer, Message* m, const CallTag* expect) override;
+  bool Linked(int peer) override { return Local(peer) >= 0 || tcp_->Linked(peer); }
   void Release(int peer) override;
   bool Drained(int peer) override;
   bool PeerAlive(int peer) override;

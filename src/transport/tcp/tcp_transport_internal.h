@@ -55,6 +55,7 @@ class TcpTransport final : public ControlledTransport {
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
   bool TryPeek(int peer, Message* m, const CallTag* expect) override;
+  bool Linked(int peer) override { return link(peer).ready.load(std::memory_order_acquire); }
   void Release(int peer) override;
   bool Drained(int peer) override;
   bool PeerAlive(int peer) override {

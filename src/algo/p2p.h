@@ -1,0 +1,87 @@
+// Point-to-point messages (Communicator::Send and Recv), over the per-pair FIFOs the
+// collectives use (transport/transport.h).
+//
+// A message is the sender's buffer cut into segments of at most slot_bytes(), each copied into
+// a staging slot and posted, all under one tag (MessageTag): the pair's message number with the
+// top bit set, which no collective call has, the element count, the type and the caller's tag.
+// A message of no elements is one empty segment. The receiver copies the segments out in order
+// until it has the whole count.
+//
+// Order: between a pair of ranks messages arrive in the order sent, and a Recv takes the next
+// one from its peer; there is no matching by tag (a tag, count or type that differs from the
+// Recv's fails the group, as collective arguments that differ do). Collectives and messages
+// share each pair's FIFO, yet neither waits for the other: a rank that finds a message at the
+// head of a peer's FIFO where it expects collective data, or while it waits to send or to
+// receive a message, moves it into its stash (heap memory) and releases its slot, and a later
+// Recv takes it from there. So a Send returns once its data is out of the caller's buffer,
+// whether or not the peer has called Recv yet; ranks that all send before they receive (an
+// exchange, a ring shift) do not deadlock, and a message sent before a collective may be
+// received after it. A Recv that finds its peer's collective data first fails instead: the peer
+// went into a collective that this rank has not reached, and sent nothing before it.
+// What the stash costs: a message stashed is copied twice and held in memory until received.
+//
+// Thread safety: used by the rank's thread, as its collectives are.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "base/wait.h"
+#include "chorus/communicator.h"
+#include "chorus/status.h"
+#include "transport/transport.h"
+
+namespace chorus::internal {
+
+// Point-to-point messages carry this bit in CallTag::call_index; a collective's never has it.
+inline constexpr uint64_t kMessageBit = uint64_t{1} << 63;
+inline bool IsMessage(const CallTag& tag) { return (tag.call_index & kMessageBit) != 0; }
+// The tag of message `number` (from 0) from one rank to another. The kind is a placeholder
+// that every transport's header check accepts; IsMessage tells a message apart.
+inline CallTag MessageTag(uint64_t number, size_t count, DataType dtype, uint32_t tag) {
+  return CallTag{
+      kMessageBit | number, count, CollectiveKind::kBroadcast, dtype, ReduceOp::kSum, 0, 0, tag};
+}
+// "message #3 (count 8, float32, tag 0)"
+std::string DescribeMessage(const CallTag& tag);
+
+class PointToPoint {
+ public:
+  PointToPoint(Transport& transport, Waiter& waiter);
+
+  // Sends `count` elements of `dtype` at `data` to `peer` (this rank itself included) and
+  // returns once they are out of `data`. Arguments are checked by the caller. The waits run
+  // under the waiter's current call (Waiter::StartCall). An error other than a bad argument
+  // has failed the group.
+  Status Send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
+              Traffic* traffic);
+  // Receives the next message from `peer` into `data`, which must be `count` elements of
+  // `dtype` under `tag`.
+  Status Recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag, Traffic* traffic);
+
+  // If `peer`'s oldest message is a point-to-point one, moves it to the stash and releases its
+  // slot. True if it did.
+  bool StashHead(int peer);
+  // StashHead for every peer but `except`, as long as any has one; true if any had.
+  bool StashArrivals(int except = -1);
+
+ private:
+  struct Stashed {
+    CallTag tag;
+    std::vector<std::byte> bytes;
+  };
+  // The wait's outcome as the call's error; fails the group. `what` completes "waiting for".
+  Status WaitFailed(WaitResult result, const char* op, const std::string& what, int peer);
+  Status Fail(Status status);
+
+  Transport& t_;
+  Waiter& waiter_;
+  std::vector<std::deque<Stashed>> stash_;  // by sender
+  std::vector<uint64_t> sent_;              // messages sent to each rank
+  std::vector<uint64_t> received_;          // messages taken from each rank
+};
+
+}  // namespace chorus::internal

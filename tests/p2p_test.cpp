@@ -1,0 +1,265 @@
+// Point-to-point messages (Communicator::Send and Recv, algo/p2p.h) on thread, shm and TCP
+// ranks: exact data at every size, the orders that must not deadlock (all send first, a ring
+// shift, a message around a collective), and the errors that must not hang.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chorus/chorus.h"
+#include "support/group.h"
+
+namespace chorus {
+namespace {
+
+// Small slots and a short pipeline, so that a message of a few thousand elements takes many
+// segments and a sender runs out of room long before its message is out.
+CommOptions SmallSlots() {
+  CommOptions o;
+  o.segment_bytes = 4096;
+  o.pipeline_depth = 2;
+  o.wait = testing::TestWaitMode();
+  return o;
+}
+
+// Element i of the message from `from` to `to` with number `n`: distinct across all of them.
+int32_t Value(int from, int to, int n, size_t i) {
+  return static_cast<int32_t>(from * 1000003 + to * 10007 + n * 101 + static_cast<int>(i % 9973));
+}
+
+std::vector<int32_t> Message(int from, int to, int n, size_t count) {
+  std::vector<int32_t> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = Value(from, to, n, i);
+  return v;
+}
+
+// "" when `got` is the message; else where it differs.
+std::string Check(const std::vector<int32_t>& got, int from, int to, int n) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != Value(from, to, n, i)) {
+      return "message " + std::to_string(n) + " from rank " + std::to_string(from) + ": element " +
+             std::to_string(i) + " is " + std::to_string(got[i]) + "; ";
+    }
+  }
+  return "";
+}
+
+// Counts: empty, one element, a few, and many segments (4096-byte slots).
+const std::vector<size_t> kCounts = {0, 1, 7, 3 * 1024 + 5, 40000};
+
+class Messages : public ::testing::TestWithParam<TransportKind> {};
+
+// Every rank sends every message to every rank (itself included) before it receives any: the
+// senders run out of room, and only take in what arrives meanwhile keeps them going.
+TEST_P(Messages, AllSendFirstThenReceiveEveryCount) {
+  const int p = 4;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        std::string e;
+        for (int step = 1; step <= p; ++step) {
+          const int to = (r + step) % p;
+          for (size_t n = 0; n < kCounts.size(); ++n) {
+            const auto data = Message(r, to, static_cast<int>(n), kCounts[n]);
+            if (Status s = comm.Send(std::span<const int32_t>(data), to, {.tag = 5}); !s.ok()) {
+              return "send: " + s.ToString();
+            }
+          }
+        }
+        for (int step = 1; step <= p; ++step) {
+          const int from = (r - step + p) % p;
+          for (size_t n = 0; n < kCounts.size(); ++n) {
+            std::vector<int32_t> got(kCounts[n], -1);
+            if (Status s = comm.Recv(std::span<int32_t>(got), from, {.tag = 5}); !s.ok()) {
+              return "recv: " + s.ToString();
+            }
+            e += Check(got, from, r, static_cast<int>(n));
+          }
+        }
+        size_t bytes = 0;
+        for (size_t c : kCounts) bytes += c * sizeof(int32_t);
+        const TrafficCounters t = comm.traffic();
+        // A message to itself goes through no transport.
+        if (t.messages.bytes_sent != bytes * (p - 1) || t.messages.bytes_received != bytes * p) {
+          e += "traffic: sent " + std::to_string(t.messages.bytes_sent) + ", received " +
+               std::to_string(t.messages.bytes_received) + "; ";
+        }
+        if (t.messages.calls != 2 * p * kCounts.size()) e += "calls; ";
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// Each rank sends a large message to the next and then receives from the one before.
+TEST_P(Messages, RingShift) {
+  const int p = 3;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        std::string e;
+        for (int round = 0; round < 3; ++round) {
+          const auto data = Message(r, (r + 1) % p, round, 50000);
+          std::vector<int32_t> got(50000);
+          Status s = comm.Send(std::span<const int32_t>(data), (r + 1) % p);
+          if (s.ok()) s = comm.Recv(std::span<int32_t>(got), (r + p - 1) % p);
+          if (!s.ok()) return s.ToString();
+          e += Check(got, (r + p - 1) % p, r, round);
+        }
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A message sent before collectives is received after them, the collectives' results exact;
+// large enough that its sender waits for the receiver's collective to take it in.
+TEST_P(Messages, SentBeforeCollectivesReceivedAfter) {
+  const int p = 3;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        std::string e;
+        const auto data = Message(r, (r + 1) % p, 0, 20000);
+        if (Status s = comm.Send(std::span<const int32_t>(data), (r + 1) % p); !s.ok()) {
+          return "send: " + s.ToString();
+        }
+        std::vector<int64_t> sum(3000, r + 1);
+        if (Status s = comm.AllReduce(std::span<int64_t>(sum), ReduceOp::kSum); !s.ok()) {
+          return "allreduce: " + s.ToString();
+        }
+        if (sum != std::vector<int64_t>(3000, p * (p + 1) / 2)) e += "allreduce value; ";
+        if (Status s = comm.Barrier(); !s.ok()) return "barrier: " + s.ToString();
+        std::vector<int32_t> got(20000);
+        if (Status s = comm.Recv(std::span<int32_t>(got), (r + p - 1) % p); !s.ok()) {
+          return "recv: " + s.ToString();
+        }
+        return e + Check(got, (r + p - 1) % p, r, 0);
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A Recv whose count differs from its message's fails, naming both, and fails the group.
+TEST_P(Messages, CountMismatchFailsTheGroup) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        std::vector<float> v(9, 1.0f);
+        if (comm.rank() == 0) {
+          if (Status s = comm.Send(std::span<const float>(v.data(), 8), 1); !s.ok()) {
+            return "send: " + s.ToString();
+          }
+          // The receiver's failure reaches this rank's next call.
+          return comm.Barrier().ok() ? "barrier after the failure succeeded" : "";
+        }
+        const Status s = comm.Recv(std::span<float>(v), 0);
+        if (s.code() != StatusCode::kFailedPrecondition ||
+            s.message().find("message #0 (count 8, float32, tag 0)") == std::string::npos ||
+            s.message().find("message #0 (count 9, float32, tag 0)") == std::string::npos) {
+          return "recv: " + s.ToString();
+        }
+        return comm.health().ok() ? "still healthy" : "";
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A Recv that finds its peer's collective data first fails at once, instead of hanging: the
+// peer went into a collective this rank has not reached.
+TEST_P(Messages, RecvThatMeetsACollectiveFails) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        std::vector<float> v(4, 1.0f);
+        if (comm.rank() == 0) {
+          const Status s = comm.AllReduce(std::span<float>(v), ReduceOp::kSum);
+          return s.ok() ? "allreduce succeeded" : "";
+        }
+        const Status s = comm.Recv(std::span<float>(v), 0);
+        if (s.code() != StatusCode::kFailedPrecondition ||
+            s.message().find("rank 0 is in allreduce #0 and sent no message before it") ==
+                std::string::npos) {
+          return "recv: " + s.ToString();
+        }
+        return "";
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// Bad arguments are refused before anything is sent, and the communicator goes on.
+TEST_P(Messages, BadArgumentsAreRefusedAndTheGroupGoesOn) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        std::string e;
+        std::vector<double> v(5, comm.rank());
+        auto refused = [&](const Status& s, const std::string& text) {
+          if (s.code() != StatusCode::kInvalidArgument ||
+              s.message().find(text) == std::string::npos) {
+            e += s.ToString() + "; ";
+          }
+        };
+        refused(comm.Send(std::span<const double>(v), 2), "send: peer (2) is not a rank in [0, 2)");
+        refused(comm.Recv(std::span<double>(v), -1), "recv: peer (-1) is not a rank in [0, 2)");
+        refused(comm.Send(ConstBuffer{nullptr, 3, DataType::kFloat64}, 1 - comm.rank()),
+                "send: data.data is null but data.count is 3");
+        refused(comm.Recv(std::span<double>(v), 1 - comm.rank(),
+                          {.timeout = std::chrono::milliseconds(0)}),
+                "recv: options.timeout (0 ms) must be positive");
+        refused(comm.Recv(std::span<double>(v), comm.rank()),
+                "receives from itself, but sent itself no message first");
+        const int other = 1 - comm.rank();
+        const std::vector<double> mine(5, 10.0 + comm.rank());
+        Status s = comm.Send(std::span<const double>(mine), other);
+        if (s.ok()) s = comm.Recv(std::span<double>(v), other);
+        if (!s.ok()) return e + s.ToString();
+        if (v != std::vector<double>(5, 10.0 + other)) e += "exchange after the refusals; ";
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// Two ranks that each receive before they send: the first deadline ends it, naming what it
+// waited for, and the other rank stops with the group.
+TEST_P(Messages, RecvWithoutASenderTimesOut) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        std::vector<float> v(3);
+        if (comm.rank() == 1) {
+          const Status s = comm.Recv(std::span<float>(v), 0, {.tag = 7});
+          if (s.code() != StatusCode::kDeadlineExceeded ||
+              s.message().find("recv: rank 1 stopped: ") == std::string::npos) {
+            return s.ToString();
+          }
+          return "";
+        }
+        const Status s = comm.Recv(std::span<float>(v), 1,
+                                   {.timeout = std::chrono::milliseconds(300), .tag = 7});
+        if (s.code() != StatusCode::kDeadlineExceeded ||
+            s.message().find("recv: rank 0 timed out after 300 ms waiting for message #0 (count "
+                             "3, float32, tag 7) from rank 1") == std::string::npos) {
+          return s.ToString();
+        }
+        return "";
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Messages,
+                         ::testing::Values(TransportKind::kThread, TransportKind::kShm,
+                                           TransportKind::kTcp),
+                         [](const auto& param_info) {
+                           return testing::TransportParamName(param_info.param);
+                         });
+
+}  // namespace
+}  // namespace chorus
