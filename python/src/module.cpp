@@ -410,17 +410,21 @@ struct CallKw {
   Status bad;
 
   // The root rank argument: an int (numpy's too), else a refusal and 0.
-  int Root(const py::handle& root) {
-    if (PyLong_Check(root.ptr()) || PyIndex_Check(root.ptr())) {
+  int Root(const py::handle& root) { return Int(root, "root", "an int rank"); }
+  // An int argument in [lo, hi], else a refusal (naming it and `what` it must be) and 0.
+  long long Int(const py::handle& v, const char* name, const char* what,
+                long long lo = std::numeric_limits<int>::min(),
+                long long hi = std::numeric_limits<int>::max()) {
+    if (PyLong_Check(v.ptr()) || PyIndex_Check(v.ptr())) {
       const long long r =
-          PyLong_AsLongLong(py::reinterpret_steal<py::object>(PyNumber_Index(root.ptr())).ptr());
-      if (!PyErr_Occurred() && r >= std::numeric_limits<int>::min() &&
-          r <= std::numeric_limits<int>::max()) {
-        return static_cast<int>(r);
-      }
+          PyLong_AsLongLong(py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr())).ptr());
+      if (!PyErr_Occurred() && r >= lo && r <= hi) return r;
       PyErr_Clear();
     }
-    if (bad.ok()) bad = BadArgument("root must be an int rank, not " + std::string(py::str(root)));
+    if (bad.ok()) {
+      bad =
+          BadArgument(std::string(name) + " must be " + what + ", not " + std::string(py::str(v)));
+    }
     return 0;
   }
 };
@@ -494,6 +498,38 @@ class PyComm {
       return c.Broadcast({s.data, s.count, s.dtype}, {r.data, r.count, r.dtype}, root, o);
     });
     return r.array;
+  }
+  // Send (`data` read) or Recv (`data` written, and returned). The other ranks take no part, so
+  // a refusal is raised here alone.
+  py::object Message(bool send, const py::object& data, const py::object& peer,
+                     const py::object& tag, const CallKw& kw) {
+    Communicator& comm = Live();
+    Busy busy(this);
+    CallKw k = kw;
+    MessageOptions options;
+    const int rank = static_cast<int>(k.Int(peer, "peer", "an int rank"));
+    options.tag = static_cast<uint32_t>(k.Int(tag, "tag", "an int in [0, 2**32)", 0, 0xffffffffLL));
+    Status refused = k.bad;
+    Array a;
+    if (refused.ok()) {
+      const std::optional<DataType> as = Override(k, &refused);
+      if (refused.ok()) refused = ToArray(data, "data", !send, as, &a);
+    }
+    if (refused.ok() && !k.timeout.is_none()) {
+      std::chrono::milliseconds ms{0};
+      refused = ToMillis(k.timeout, "timeout", &ms);
+      options.timeout = ms;
+    }
+    if (!refused.ok())
+      Raise(Status(refused.code(), (send ? "send: " : "recv: ") + refused.message()), true);
+    Status s;
+    {
+      CallWithoutGil nogil;
+      s = send ? comm.Send(ConstBuffer{a.data, a.count, a.dtype}, rank, options)
+               : comm.Recv(MutableBuffer{a.data, a.count, a.dtype}, rank, options);
+    }
+    if (!s.ok()) RaiseCall(s);
+    return send ? py::none() : a.array;
   }
   void Barrier(const CallKw& kw) {
     Call(CollectiveKind::kBarrier, kw, Status::Ok(),
@@ -674,6 +710,7 @@ class PyComm {
       d[py::str(std::string(CollectiveKindName(static_cast<CollectiveKind>(i))))] =
           TrafficDict(t.by_kind[i]);
     }
+    d["messages"] = TrafficDict(t.messages);
     d["total"] = TrafficDict(t.total);
     return d;
   }
@@ -975,6 +1012,28 @@ PYBIND11_MODULE(_chorus, m) {
           "works in place. Returns recv. Keywords: timeout (seconds, this call only), algorithm (a "
           "name from `chorus bench --list-algos`), dtype (read the arrays as this chorus type, "
           "e.g. \"bfloat16\" for uint16). ")
+      .def(
+          "send",
+          [](PyComm& c, const py::object& data, const py::object& peer, const py::object& tag,
+             const py::object& timeout, const py::object& dtype) {
+            return c.Message(true, data, peer, tag, CallKw{timeout, py::none(), dtype, {}});
+          },
+          py::arg("data"), py::arg("peer"), py::kw_only(), py::arg("tag") = 0,
+          py::arg("timeout") = py::none(), py::arg("dtype") = py::none(),
+          "Sends data to rank peer; returns once data may be reused, whether or not peer has "
+          "called recv yet. Between two ranks messages arrive in the order sent. Keywords: tag "
+          "(must be the recv's), timeout (seconds, this call only), dtype (read the array as this "
+          "chorus type). ")
+      .def(
+          "recv",
+          [](PyComm& c, const py::object& data, const py::object& peer, const py::object& tag,
+             const py::object& timeout, const py::object& dtype) {
+            return c.Message(false, data, peer, tag, CallKw{timeout, py::none(), dtype, {}});
+          },
+          py::arg("data"), py::arg("peer"), py::kw_only(), py::arg("tag") = 0,
+          py::arg("timeout") = py::none(), py::arg("dtype") = py::none(),
+          "Receives the next message from rank peer into data, whose size, dtype and tag must be "
+          "the message's; returns data. Keywords: tag, timeout (seconds, this call only), dtype. ")
       .def(
           "barrier",
           [](PyComm& c, const py::object& timeout) {

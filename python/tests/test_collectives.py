@@ -219,6 +219,54 @@ def test_traffic_counters_match_the_ring_model(run_group):
     assert run_group(4, body) == [(48, 1, 1)] * 4
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_send_and_recv(run_group, p):
+    """Every rank sends to every rank, itself included, before it receives: exact data in every
+    dtype, empty and multi-segment messages, tags; then the refusals, after which it goes on."""
+    sizes = [0, 1, 5, 70000]
+
+    def body(comm):
+        r = comm.rank
+        for dtype in (np.int32, np.float64, np.uint8):
+            for q in range(p):
+                for n in sizes:
+                    comm.send((np.arange(n) % 101 + 7 * r + q).astype(dtype), q, tag=n)
+            for q in range(p):
+                for n in sizes:
+                    got = np.full(n, 255, dtype)
+                    assert comm.recv(got, q, tag=n) is got
+                    assert np.array_equal(got, (np.arange(n) % 101 + 7 * q + r).astype(dtype))
+        t = comm.traffic()["messages"]
+        assert t["calls"] == 2 * 3 * p * len(sizes)
+        for bad, text in ((lambda: comm.send(np.ones(2), p), f"peer ({p}) is not a rank in [0, {p})"),
+                          (lambda: comm.send(np.ones(2), "x"), "peer must be an int rank"),
+                          (lambda: comm.send(np.ones(2), 0, tag=-1), "tag must be an int"),
+                          (lambda: comm.recv(np.ones(4)[::2], 0), "data is not C-contiguous"),
+                          (lambda: comm.send([1.0], 0), "data must be a numpy.ndarray")):
+            with pytest.raises(chorus.InvalidArgumentError) as e:
+                bad()
+            assert text in str(e.value) and e.value.usable, str(e.value)
+        assert comm.health() is None
+        comm.send(np.full(3, r, np.int64), (r + 1) % p)
+        assert np.all(comm.recv(np.zeros(3, np.int64), (r - 1) % p) == (r - 1) % p)
+        return r
+
+    assert run_group(p, body) == list(range(p))
+
+
+def test_recv_of_the_wrong_size_fails_the_group(run_group):
+    def body(comm):
+        if comm.rank == 0:
+            comm.send(np.ones(4, np.float32), 1)
+            return "sent"
+        with pytest.raises(chorus.FailedPreconditionError) as e:
+            comm.recv(np.ones(5, np.float32), 0)
+        assert "ranks disagree on the message" in str(e.value) and not e.value.usable
+        return "refused"
+
+    assert run_group(2, body) == ["sent", "refused"]
+
+
 def test_stores(tmp_path):
     store = chorus.hash_store()
     store.set("a", b"1")
