@@ -771,20 +771,32 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
         opts.timeout);
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override {
-    TORCH_CHECK(false,
-                "chorus has no point-to-point calls: send is not supported (the "
-                "collectives are; use a gloo group for send and recv)");
+  // Point-to-point: one tensor, moved as bytes. A refusal raises on this rank alone (its peer
+  // takes no part until its own send or recv, which then waits for the message).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
+    const at::Tensor t = One("send", std::nullopt, tensors);
+    Peer("send", dst);
+    return Issue(
+        c10d::OpType::SEND, {},
+        [this, t, dst, tag](const CallOptions& o) {
+          return comm_.Send(Elements(t), dst, {o.timeout, static_cast<uint32_t>(tag)});
+        },
+        c10d::kUnsetTimeout, t.nbytes());
   }
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override {
-    TORCH_CHECK(false,
-                "chorus has no point-to-point calls: recv is not supported (the "
-                "collectives are; use a gloo group for send and recv)");
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
+    const at::Tensor t = One("recv", std::nullopt, tensors);
+    Peer("recv", src);
+    return Issue(
+        c10d::OpType::RECV, {t},
+        [this, t, src, tag](const CallOptions& o) {
+          return comm_.Recv(Elements(t), src, {o.timeout, static_cast<uint32_t>(tag)});
+        },
+        c10d::kUnsetTimeout);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
     TORCH_CHECK(false,
-                "chorus has no point-to-point calls: recv from any source is not "
-                "supported (the collectives are; use a gloo group for send and recv)");
+                "chorus: recv from any source is not supported (name the sender: "
+                "dist.recv(tensor, src=...))");
   }
 
   std::string Transport() const { return std::string(TransportKindName(comm_.transport())); }
@@ -792,16 +804,28 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
  private:
   // Refuses this rank's call: the peers hear of it in that call (in order, on the worker), and
   // this rank raises now.
-  [[noreturn]] void Refuse(const std::string& what, CollectiveKind kind, const std::string& why) {
+  // A point-to-point call (no kind) has no peers to tell.
+  [[noreturn]] void Refuse(const std::string& what, std::optional<CollectiveKind> kind,
+                           const std::string& why) {
     const std::string reason = "torch " + what + ": " + why;
-    Enqueue([this, kind, reason] {
-      comm_.RejectCall(kind, reason).IgnoreError();
-      return Status::Ok();
-    });
+    if (kind) {
+      Enqueue([this, kind = *kind, reason] {
+        comm_.RejectCall(kind, reason).IgnoreError();
+        return Status::Ok();
+      });
+    }
     TORCH_CHECK(false, "chorus: ", reason);
   }
 
-  void Dense(const std::string& what, CollectiveKind kind, const at::Tensor& t) {
+  void Peer(const std::string& what, int peer) {
+    if (peer < 0 || peer >= size_) {
+      Refuse(what, std::nullopt,
+             "rank " + std::to_string(peer) + " is not a rank of this group of " +
+                 std::to_string(size_));
+    }
+  }
+
+  void Dense(const std::string& what, std::optional<CollectiveKind> kind, const at::Tensor& t) {
     if (!t.defined()) Refuse(what, kind, "a tensor is undefined");
     if (t.layout() != at::kStrided) Refuse(what, kind, "sparse tensors are not supported");
     if (!t.device().is_cpu()) {
@@ -824,7 +848,7 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     }
   }
 
-  at::Tensor One(const std::string& what, CollectiveKind kind,
+  at::Tensor One(const std::string& what, std::optional<CollectiveKind> kind,
                  const std::vector<at::Tensor>& tensors) {
     if (tensors.size() != 1) {
       Refuse(what, kind, "one tensor per call is supported, not " + std::to_string(tensors.size()));
@@ -979,14 +1003,16 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     CallOptions o;
     if (timeout != c10d::kUnsetTimeout) o.timeout = timeout;
     const CollectiveKind kind = KindOf(type);
+    const bool collective = type != c10d::OpType::SEND && type != c10d::OpType::RECV;
     // The calls' torch work (a copy, a scratch tensor) that can throw comes before the chorus
     // call, and what comes after catches its own errors (Unpack): an exception here means the
     // peers still wait for this rank's call, which is refused for them.
-    std::function<Status()> run = [this, call, o, kind]() -> Status {
+    std::function<Status()> run = [this, call, o, kind, collective]() -> Status {
       try {
         return call(o);
       } catch (const std::exception& e) {
         const std::string why = std::string("torch failed before the call: ") + e.what();
+        if (!collective) return Internal(why);
         comm_.RejectCall(kind, why).IgnoreError();
         return Internal(std::string(CollectiveKindName(kind)) + ": " + why);
       }

@@ -163,6 +163,32 @@ def collectives():
         dist.all_gather_into_tensor(gathered, torch.full((big,), float(r + i)))
         want = torch.cat([torch.full((big,), float(q + i)) for q in range(p)])
         assert torch.equal(gathered, want), i
+    # Point-to-point: a ring shift of a large tensor (every rank sends before it receives),
+    # batch_isend_irecv, blocking send and recv of complex numbers (moved as bytes), and a
+    # message sent before a collective and received after it.
+    nxt, prv = (r + 1) % p, (r - 1) % p
+    ring = torch.empty(1 << 18)
+    reqs = [dist.isend(torch.full((1 << 18,), float(r)), nxt), dist.irecv(ring, prv)]
+    for q in reqs:
+        q.wait()
+    assert torch.all(ring == prv), ring
+    small = torch.empty(5, dtype=torch.float64)
+    ops = [dist.P2POp(dist.isend, torch.full((5,), r + 0.5, dtype=torch.float64), nxt, tag=3),
+           dist.P2POp(dist.irecv, small, prv, tag=3)]
+    for q in dist.batch_isend_irecv(ops):
+        q.wait()
+    assert torch.all(small == prv + 0.5), small
+    dist.send(torch.full((3,), complex(r, -r)), nxt)
+    got = torch.empty(3, dtype=torch.complex64)
+    dist.recv(got, prv)
+    assert torch.all(got == complex(prv, -prv)), got
+    dist.send(torch.arange(6, dtype=torch.int32) + r, nxt)
+    y = torch.ones(2)
+    dist.all_reduce(y)
+    assert torch.all(y == p), y
+    early = torch.empty(6, dtype=torch.int32)
+    dist.recv(early, prv)
+    assert torch.equal(early, torch.arange(6, dtype=torch.int32) + prv), early
     dist.barrier()
     pair = dist.new_group([0, 1], backend="chorus")
     if r < 2:
@@ -170,7 +196,8 @@ def collectives():
         dist.all_reduce(z, group=pair)
         assert torch.all(z == 3), z
     for bad in (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BXOR),
-                lambda: dist.all_reduce(torch.ones(4)[::2])):
+                lambda: dist.all_reduce(torch.ones(4)[::2]),
+                lambda: dist.send(torch.ones(4)[::2], (r + 1) % p)):
         try:
             bad()
             raise AssertionError("no error")
