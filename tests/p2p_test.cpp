@@ -3,8 +3,10 @@
 // shift, a message around a collective), and the errors that must not hang.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus/chorus.h"
@@ -144,6 +146,34 @@ TEST_P(Messages, SentBeforeCollectivesReceivedAfter) {
   for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
 }
 
+// A large message to a rank that is not a neighbour in the ring all-reduce that follows: only
+// the collective's waits that last take it in.
+TEST_P(Messages, SentToANonNeighbourBeforeARingAllReduce) {
+  const int p = 4;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        const auto data = Message(r, (r + 2) % p, 0, 100000);
+        if (Status s = comm.Send(std::span<const int32_t>(data), (r + 2) % p); !s.ok()) {
+          return "send: " + s.ToString();
+        }
+        std::vector<float> sum(16, 1.0f);
+        if (Status s = comm.AllReduce(std::span<float>(sum), ReduceOp::kSum, {.algorithm = "ring"});
+            !s.ok()) {
+          return "allreduce: " + s.ToString();
+        }
+        std::string e = sum == std::vector<float>(16, 4.0f) ? "" : "allreduce value; ";
+        std::vector<int32_t> got(100000);
+        if (Status s = comm.Recv(std::span<int32_t>(got), (r + 2) % p); !s.ok()) {
+          return "recv: " + s.ToString();
+        }
+        return e + Check(got, (r + 2) % p, r, 0);
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
 // A Recv whose count differs from its message's fails, naming both, and fails the group.
 TEST_P(Messages, CountMismatchFailsTheGroup) {
   const auto reports = testing::RunGroup(
@@ -252,6 +282,40 @@ TEST_P(Messages, RecvWithoutASenderTimesOut) {
       },
       SmallSlots());
   for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A collective whose rank sent by reference flushes only the peers it sent to in that call: a
+// peer it sent a message to earlier, still unreceived, must not hold it up. (Thread ranks, where
+// collectives send by reference; the receiver receives only once the sender's collective has
+// returned.)
+TEST(MessagesOnThreads, AnUnreceivedMessageDoesNotHoldUpTheSendersCollective) {
+  auto group = CreateLocalGroup(3, {.timeout = std::chrono::seconds(20)});
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::atomic<int> reduced{0};
+  std::vector<std::string> errors(3);
+  testing::RunRanks(*group, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::string& e = errors[static_cast<size_t>(r)];
+    const std::vector<float> v(8192, 1.0f);
+    std::vector<float> out(8192);
+    int round = 0;
+    for (const char* algorithm : {"direct", "chain", "binomial", "rs_gather"}) {
+      const std::vector<int32_t> message = Message(1, 2, round, 10);
+      if (r == 1 && !comm.Send(std::span<const int32_t>(message), 2).ok()) e += "send; ";
+      const Status s = comm.Reduce(std::span<const float>(v), std::span<float>(out), ReduceOp::kSum,
+                                   0, {.algorithm = algorithm});
+      if (!s.ok()) e += std::string(algorithm) + ": " + s.ToString() + "; ";
+      if (r == 1) reduced.store(round + 1);
+      if (r == 2) {
+        while (reduced.load() <= round) std::this_thread::yield();
+        std::vector<int32_t> got(10);
+        if (Status g = comm.Recv(std::span<int32_t>(got), 1); !g.ok()) e += g.ToString();
+        e += Check(got, 1, 2, round);
+      }
+      ++round;
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Messages,

@@ -41,6 +41,23 @@ bool PointToPoint::StashArrivals(int except) {
   return any;
 }
 
+void PointToPoint::TakeIn() {
+  if (!StashArrivals()) return;
+  const Deadline end = Clock::now() + kTakeInFor;
+  Deadline quiet = std::min(end, Clock::now() + kTakeInQuiet);
+  while (Clock::now() < quiet && !t_.failed()) {
+    t_.Poll();
+    bool more = false;
+    if (t_.rings_doorbell()) {
+      more = t_.doorbell().Sleep([&] { return StashArrivals(); }, quiet);
+    } else {
+      more = StashArrivals();
+      if (!more) YieldCpu();
+    }
+    if (more) quiet = std::min(end, Clock::now() + kTakeInQuiet);
+  }
+}
+
 Status PointToPoint::Fail(Status status) {
   t_.Fail(status);
   return status;

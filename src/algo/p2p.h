@@ -23,6 +23,7 @@
 // Thread safety: used by the rank's thread, as its collectives are.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -67,6 +68,12 @@ class PointToPoint {
   bool StashHead(int peer);
   // StashHead for every peer but `except`, as long as any has one; true if any had.
   bool StashArrivals(int except = -1);
+  // StashArrivals, and once it found one, on for as long as more keep coming (each release lets
+  // a sender post its next segment), up to kTakeInFor: for a collective's wait that lasts,
+  // which would otherwise take in one pipeline of a large message per look.
+  void TakeIn();
+  static constexpr std::chrono::milliseconds kTakeInFor{100};
+  static constexpr std::chrono::milliseconds kTakeInQuiet{2};
 
  private:
   struct Stashed {

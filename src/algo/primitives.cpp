@@ -136,7 +136,7 @@ Status Channel::WaitFor(int peer, Ready&& ready, const char* what) {
       peer,
       [&] {
         // A rank held up sending this rank messages may be what this wait waits for.
-        if (ctx_.p2p != nullptr) ctx_.p2p->StashArrivals();
+        if (ctx_.p2p != nullptr) ctx_.p2p->TakeIn();
         return FindDisagreement();
       });
   if (r != WaitResult::kReady) {
@@ -303,6 +303,7 @@ Status Channel::AwaitCredit(int peer) {
 void Channel::Publish(int peer, const void* data, size_t n) {
   const size_t bytes = n * ctx_.elem_size;
   t_.Post(peer, Message{data, bytes, tag_});
+  if (peer < kTrackedPeers) posted_.set(static_cast<size_t>(peer));
   ctx_.traffic->bytes_sent += bytes;
 }
 
@@ -372,7 +373,8 @@ Status Channel::Flush(int peer) {
 Status Channel::FlushReferenced() {
   if (!referenced_) return Status::Ok();
   for (int q = 0; q < t_.size(); ++q) {
-    if (q != t_.rank()) CHORUS_RETURN_IF_ERROR(Flush(q));
+    if (q == t_.rank() || (q < kTrackedPeers && !posted_.test(static_cast<size_t>(q)))) continue;
+    CHORUS_RETURN_IF_ERROR(Flush(q));
   }
   return Status::Ok();
 }

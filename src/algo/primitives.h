@@ -18,6 +18,7 @@
 // Thread safety: one per rank per call, on that rank's thread.
 #pragma once
 
+#include <bitset>
 #include <cstddef>
 #include <span>
 
@@ -116,8 +117,10 @@ class Channel {
   Status SendToAll(const void* src, size_t n);
   // Waits until `peer` has released every message, so the caller's buffers may be reused.
   Status Flush(int peer);
-  // Flush(peer) for every peer, once a message pointed at the caller's memory; what an
-  // algorithm that sent by reference does before it returns.
+  // Flush(peer) for every peer this channel posted to, once a message pointed at the caller's
+  // memory; what an algorithm that sent by reference does before it returns. (Not every peer:
+  // one this call sent nothing may hold point-to-point messages it has not received yet, and
+  // its FIFO drains only at its Recv.)
   Status FlushReferenced();
   // True once a message pointed at the caller's memory (then Flush before returning).
   bool referenced() const { return referenced_; }
@@ -180,6 +183,9 @@ class Channel {
   size_t segment_ = 0;
   size_t segments_ = 0;
   bool referenced_ = false;
+  // The peers Publish posted to; beyond kTrackedPeers ranks every peer counts as posted to.
+  static constexpr int kTrackedPeers = 1024;
+  std::bitset<kTrackedPeers> posted_;
   const bool stream_;
 };
 

@@ -314,6 +314,17 @@ void MpiTransport::PostRecv(int peer, Link& link, uint64_t index) {
   if (rc != MPI_SUCCESS) FailMpi("MPI_Irecv from rank " + std::to_string(peer), rc);
 }
 
+bool MpiTransport::Linked(int peer) {
+  if (recv_[static_cast<size_t>(peer)] != nullptr) return true;
+  int waiting = 0;
+  if (const int rc = MPI_Iprobe(peer, kDataTag, comm_, &waiting, MPI_STATUS_IGNORE);
+      rc != MPI_SUCCESS) {
+    FailMpi("MPI_Iprobe from rank " + std::to_string(peer), rc);
+    return false;
+  }
+  return waiting != 0;
+}
+
 bool MpiTransport::TryCredit(int peer) { return TryReserve(peer) != nullptr; }
 
 void* MpiTransport::TryReserve(int peer) {

@@ -92,6 +92,9 @@ class MpiTransport final : public ControlledTransport {
   void* TryReserve(int peer) override;
   void Post(int peer, const Message& m) override;
   bool TryPeek(int peer, Message* m, const CallTag* expect) override;
+  // A receive link exists, or a message from `peer` waits to be matched (MPI_Iprobe): a look at
+  // every peer then sets up no receive slots for peers that send nothing.
+  bool Linked(int peer) override;
   void Release(int peer) override;
   // True when every message posted to `peer` has completed its send: the slots are free. With
   // copies in staging nothing of the caller's is referenced, so that is all a caller needs.
