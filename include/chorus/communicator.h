@@ -300,9 +300,11 @@ class Communicator {
   // kFailedPrecondition naming both and the group fails. A message to this rank itself waits
   // for its Recv. Messages and collectives may interleave as in MPI: a message sent before a
   // collective may be received after it (the receiver keeps it meanwhile), and ranks that all
-  // send before they receive (an exchange, a ring shift) do not deadlock. What cannot work
-  // fails rather than hangs: a Recv that finds its peer's data of a collective first (the peer
-  // sent nothing before that collective) fails with kFailedPrecondition. Sizes are not limited
+  // send before they receive (an exchange, a ring shift) do not deadlock. A Recv that finds its
+  // peer's data of a collective first (the peer sent nothing before that collective) fails with
+  // kFailedPrecondition rather than wait; one whose peer is in a collective that sends this rank
+  // nothing waits to its deadline. On TCP links made on demand (more than 16 ranks, or between
+  // hosts), see src/algo/p2p.h. Sizes are not limited
   // by the transport: large messages go in segments. A bad argument (a peer out of range, a
   // null buffer) returns kInvalidArgument and sends nothing; any other failure (deadline, a
   // peer's death) is sticky, as for collectives. The other ranks take no part.

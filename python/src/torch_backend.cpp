@@ -772,7 +772,10 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   }
 
   // Point-to-point: one tensor, moved as bytes. A refusal raises on this rank alone (its peer
-  // takes no part until its own send or recv, which then waits for the message).
+  // takes no part until its own send or recv, which then waits for the message). A recv runs
+  // in issue order like every call, so it holds up the calls issued after it until its message
+  // is in: unlike Gloo's, an irecv issued before a send that its peer waits for deadlocks
+  // (docs/python.md).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     const at::Tensor t = One("send", std::nullopt, tensors);
     Peer("send", dst);

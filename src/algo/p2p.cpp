@@ -145,6 +145,10 @@ Status PointToPoint::Recv(void* data, size_t count, DataType dtype, int peer, ui
       return Fail(Internal(me + ": a segment of " + std::to_string(got_bytes) + " bytes from " +
                            from + " overruns " + DescribeMessage(want)));
     }
+    if (peer == t_.rank()) {  // nothing was taken: the message stays for a Recv that fits it
+      return InvalidArgument(me + ": this rank sent itself " + DescribeMessage(got) + ", not " +
+                             DescribeMessage(want));
+    }
     return Fail(FailedPrecondition(me + ": ranks disagree on the message: " + from + " sent " +
                                    DescribeMessage(got) + ", rank " + std::to_string(t_.rank()) +
                                    " receives " + DescribeMessage(want)));

@@ -19,6 +19,10 @@
 // received after it. A Recv that finds its peer's collective data first fails instead: the peer
 // went into a collective that this rank has not reached, and sent nothing before it.
 // What the stash costs: a message stashed is copied twice and held in memory until received.
+// What it cannot do: on TCP links made on demand (groups of more than 16 ranks, and between
+// hosts) only the lower rank of a pair dials, so a message from a higher rank to a lower one
+// that has no link to it yet waits until that rank's Recv or a collective between the two; a
+// sender that meanwhile waits for that rank in a collective waits out its deadline.
 //
 // Thread safety: used by the rank's thread, as its collectives are.
 #pragma once
