@@ -50,7 +50,7 @@
 #   TOTAL_BUDGET [3600]   seconds before run_all.sh skips the remaining runs (its own default
 #                         of 1140 is too short once chorus runs in every cell)
 #   EXTRAS [0]            1 = also run run_all.sh's one-off peer variants (not compared here)
-#   OPS [allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter,allgatherv,barrier]
+#   OPS [allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter,allgatherv,barrier,sendrecv]
 #                         the peers' collectives (run_all.sh's names)
 #   JOBS [2]              compile jobs when chorus has to be built
 #   MIN_TIME, MIN_ITERS, RUN_TIMEOUT, SKIP_BUILD, LIBS pass through to run_all.sh.
@@ -86,8 +86,8 @@ export NPS=${NPS:-"2 4"}
 export COUNTS=${COUNTS:-8,262144,16777216}
 export TOTAL_BUDGET=${TOTAL_BUDGET:-3600}
 export EXTRAS=${EXTRAS:-0}
-# Every collective chorus has that the peers time too (chorus itself runs --ops all).
-export OPS=${OPS:-allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter,allgatherv,barrier}
+# Every op chorus has that the peers time too (chorus itself runs --ops all).
+export OPS=${OPS:-allreduce,reduce_scatter,allgather,broadcast,reduce,alltoall,gather,scatter,allgatherv,barrier,sendrecv}
 
 die() {
   echo "compare-peers.sh: $*" >&2

@@ -146,7 +146,7 @@ Patterns MakePatterns(BenchOp op, DataType dtype, ReduceOp redop, int ranks) {
   pat.input.assign(ranks, std::vector<uint8_t>(kPeriod * pat.elem));
   const int64_t limit = ExactLimit(dtype);
   std::vector<int64_t> v(ranks);
-  if (!internal::Collective(op).reduces) {
+  if (!InfoOf(op).reduces) {
     // Nothing is combined; values only need to tell ranks and positions apart.
     for (int r = 0; r < ranks; ++r) {
       for (size_t k = 0; k < kPeriod; ++k) {

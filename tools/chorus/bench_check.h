@@ -7,7 +7,7 @@
 // bytes (NaN, -1 or the type's maximum), which is never an expected value. Every rank builds
 // every rank's pattern (they are small), so a rank can check an all-gather on its own.
 //
-//   Patterns pat = MakePatterns(BenchOp::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 4);
+//   Patterns pat = MakePatterns(OpOf(CollectiveKind::kAllReduce), DataType::kFloat32, ReduceOp::kSum, 4);
 //   FillPattern(send, count, pat.elem, pat.input[rank].data(), 0);
 //   ... all-reduce ...
 //   uint64_t wrong = CountMismatches(recv, count, pat.elem, pat.expected.data(), 0);

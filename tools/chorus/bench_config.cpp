@@ -11,29 +11,69 @@
 
 namespace chorus::cli {
 
-std::string_view BenchOpName(BenchOp op) { return internal::Collective(op).csv_name; }
+namespace {
+
+double One(int /*p*/) { return 1.0; }
+
+// sendrecv in the table's terms. `kind` is unused: RunOp sends messages, not a collective.
+constexpr internal::CollectiveInfo kSendRecvInfo{
+    .kind = CollectiveKind::kAllReduce,
+    .name = "sendrecv",
+    .csv_name = "sendrecv",
+    .aliases = {"send_recv", "", ""},
+    .reduces = false,
+    .rooted = false,
+    .send_only_at_root = false,
+    .recv_only_at_root = false,
+    .counts = internal::Counts::kSame,
+    .varied = false,
+    .outcome = internal::Outcome::kMoved,
+    .source = nullptr,  // rank r's one block is rank (r - 1) mod p's, which needs p: Verify
+    .in_place = "",
+    .model_bytes = One,
+    .bus_factor = One,
+};
+
+}  // namespace
+
+const internal::CollectiveInfo& InfoOf(BenchOp op) {
+  if (IsCollectiveOp(op)) return internal::Collective(KindOf(op));
+  return kSendRecvInfo;
+}
+
+std::string_view BenchOpName(BenchOp op) { return InfoOf(op).csv_name; }
 
 std::optional<BenchOp> ParseBenchOp(std::string_view name) {
-  return internal::FindCollective(name);
+  if (const std::optional<CollectiveKind> kind = internal::FindCollective(name)) {
+    return OpOf(*kind);
+  }
+  std::string plain;
+  for (char c : name) {
+    if (c != '_' && c != '-') plain += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  if (plain == "sendrecv") return kSendRecv;
+  return std::nullopt;
 }
 
 std::vector<BenchOp> AllBenchOps() {
   std::vector<BenchOp> ops;
-  for (const internal::CollectiveInfo& c : internal::Collectives()) ops.push_back(c.kind);
+  for (const internal::CollectiveInfo& c : internal::Collectives()) ops.push_back(OpOf(c.kind));
+  ops.push_back(kSendRecv);
   return ops;
 }
 
-std::string BenchOpNames() {
+std::string BenchOpNames(bool collectives_only) {
   std::string names;
   for (const internal::CollectiveInfo& c : internal::Collectives()) {
     if (!names.empty()) names += ", ";
     names += c.name;
   }
+  if (!collectives_only) names += ", " + std::string(kSendRecvInfo.name);
   return names;
 }
 
 double BusFactor(BenchOp op, int ranks) {
-  return ranks <= 1 ? 0.0 : internal::Collective(op).bus_factor(ranks);
+  return ranks <= 1 ? 0.0 : InfoOf(op).bus_factor(ranks);
 }
 
 std::optional<size_t> ParseBytes(std::string_view text) {
@@ -94,11 +134,8 @@ Status ParseOpList(std::string_view list, std::vector<BenchOp>& ops) {
     }
     const std::optional<BenchOp> op = ParseBenchOp(name);
     if (!op) {
-      std::string known;
-      for (const internal::CollectiveInfo& c : internal::Collectives()) {
-        known += std::string(c.name) + ", ";
-      }
-      return InvalidArgument("unknown collective '" + std::string(name) + "' (" + known + "all)");
+      return InvalidArgument("unknown collective '" + std::string(name) + "' (" + BenchOpNames() +
+                             ", all)");
     }
     ops.push_back(*op);
     return Status::Ok();
@@ -122,14 +159,16 @@ Status CheckAlgorithm(const std::string& algo, const std::vector<BenchOp>& ops) 
   if (algo.empty()) return Status::Ok();
   std::string names;
   for (BenchOp op : ops) {
-    if (internal::Implements(op, algo)) return Status::Ok();
+    if (!IsCollectiveOp(op)) continue;  // messages have no algorithms
+    if (internal::Implements(KindOf(op), algo)) return Status::Ok();
     for (const internal::AlgorithmInfo& info : internal::Algorithms()) {
-      if (info.kind == op) names += (names.empty() ? "" : ", ") + std::string(info.name);
+      if (info.kind == KindOf(op)) names += (names.empty() ? "" : ", ") + std::string(info.name);
     }
   }
   return InvalidArgument(
       "--algo " + algo + ": no such algorithm for " +
-      (ops.size() == 1 ? std::string(BenchOpName(ops[0])) : "these collectives") + " (" + names +
+      (ops.size() == 1 ? std::string(BenchOpName(ops[0])) : "these collectives") + " (" +
+      (names.empty() ? std::string("it has none") : names) +
       "; see --list-algos)");
 }
 
@@ -298,13 +337,13 @@ std::vector<SizePoint> MakeSizes(const BenchConfig& cfg, BenchOp op, int ranks) 
   std::vector<SizePoint> sizes;
   const auto add = [&](size_t bytes) {
     SizePoint point;
-    const internal::Counts counts = internal::Collective(op).counts;
+    const internal::Counts counts = InfoOf(op).counts;
     if (counts == internal::Counts::kNone) {  // a barrier moves nothing: one row
       if (sizes.empty()) sizes.push_back(point);
       return;
     }
     // A v-collective's size is its total, split unevenly (LayoutAt).
-    if (internal::Collective(op).varied) {
+    if (InfoOf(op).varied) {
       point.total = std::max<size_t>(1, bytes / elem);
       point.block = point.total;
       if (sizes.empty() || sizes.back().total != point.total) sizes.push_back(point);
@@ -354,7 +393,7 @@ void UnevenCounts(size_t n, int p, std::vector<size_t>* counts) {
 
 void LayoutAt(BenchOp op, const SizePoint& size, int ranks, int rank, bool even,
               BlockLayout* layout) {
-  const internal::CollectiveInfo& c = internal::Collective(op);
+  const internal::CollectiveInfo& c = InfoOf(op);
   const auto p = static_cast<size_t>(ranks);
   const size_t send_blocks = internal::SendBlocks(c.counts, ranks);
   const size_t recv_blocks = internal::RecvBlocks(c.counts, ranks);

@@ -4,7 +4,7 @@
 // element per rank, and a size that rounds to the previous one is skipped.
 //
 //   Result<BenchConfig> cfg = MakeConfig(flags);          // flags as CLI11 filled them
-//   std::vector<SizePoint> sizes = MakeSizes(*cfg, BenchOp::kAllGather, /*ranks=*/4);
+//   std::vector<SizePoint> sizes = MakeSizes(*cfg, OpOf(CollectiveKind::kAllGather), 4);
 //
 // Thread safety: values and pure functions.
 #pragma once
@@ -18,24 +18,39 @@
 #include <string_view>
 #include <vector>
 
+#include "base/collectives.h"
 #include "chorus/chorus.h"
 
 namespace chorus::cli {
 
-// A benchmarked operation is a collective; everything about it comes from its row in the
-// collective table (base/collectives.h).
-using BenchOp = CollectiveKind;
+// A benchmarked operation: a collective, whose value is its CollectiveKind and everything about
+// it its row in the collective table (base/collectives.h), or kSendRecv, the ring shift of
+// messages that nccl-tests and the peers (../shared/peers) call sendrecv: every rank sends
+// `count` elements to rank + 1 and receives as many from rank - 1 (Communicator::Send, then
+// Recv). The bench reads both through InfoOf, so only the call itself is sendrecv's own.
+enum class BenchOp : uint8_t {};
+inline constexpr BenchOp kSendRecv = static_cast<BenchOp>(kNumCollectiveKinds);
+constexpr BenchOp OpOf(CollectiveKind kind) { return static_cast<BenchOp>(kind); }
+constexpr bool IsCollectiveOp(BenchOp op) {
+  return static_cast<int>(op) < kNumCollectiveKinds;
+}
+// A collective op's kind (IsCollectiveOp(op) must hold).
+constexpr CollectiveKind KindOf(BenchOp op) { return static_cast<CollectiveKind>(op); }
+// The op's row: a collective's from the table; sendrecv's in the table's terms (one block
+// each way, moved from block 0 of rank - 1, bus factor 1, no in-place form, no algorithms).
+const internal::CollectiveInfo& InfoOf(BenchOp op);
 
-// The peers' CSV spelling: allreduce, reduce_scatter, allgather, broadcast, reduce, barrier.
+// The peers' CSV spelling: allreduce, reduce_scatter, allgather, broadcast, reduce, barrier,
+// sendrecv.
 std::string_view BenchOpName(BenchOp op);
-inline CollectiveKind KindOf(BenchOp op) { return op; }
 // Accepts a collective's name or alias in any case, with or without '_' and '-' (allreduce,
-// all_reduce, AllReduce, reduce_scatter, bcast, ...).
+// all_reduce, AllReduce, reduce_scatter, bcast, ...), and sendrecv (send_recv).
 std::optional<BenchOp> ParseBenchOp(std::string_view name);
-// "all": every collective, in table order.
+// "all": every collective, in table order, then sendrecv.
 std::vector<BenchOp> AllBenchOps();
-// Every collective's name, comma-separated in table order (for --help).
-std::string BenchOpNames();
+// Every op's name, comma-separated in that order (for --help); with collectives_only, the
+// collectives' alone (chorus model models collectives).
+std::string BenchOpNames(bool collectives_only = false);
 // nccl-tests bus bandwidth factors: what a ring moves per rank relative to the buffer.
 double BusFactor(BenchOp op, int ranks);
 // "4096", "32K", "64M", "1G", "8KiB", "2mb": suffixes are powers of 1024.

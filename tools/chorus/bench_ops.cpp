@@ -29,8 +29,8 @@ const BlockLayout& BenchRank::LayoutOf(BenchOp op, const SizePoint& size) const 
 // place send_ and recv_; in place recv_, where a smaller buffer is this rank's block of it.
 internal::CallArgs BenchRank::Args(BenchOp op, Placement where, const SizePoint& size) const {
   const DataType dt = cfg_.dtype;
-  const internal::CollectiveInfo& c = internal::Collective(op);
-  internal::CallArgs args{op, {}, {}, cfg_.redop, cfg_.root, {}, {}};
+  const internal::CollectiveInfo& c = InfoOf(op);
+  internal::CallArgs args{c.kind, {}, {}, cfg_.redop, cfg_.root, {}, {}};
   if (c.counts == internal::Counts::kNone) return args;
   const BlockLayout& layout = LayoutOf(op, size);
   const size_t send_count = OffsetOf(layout.send, layout.send.size());
@@ -63,14 +63,19 @@ internal::CallArgs BenchRank::Args(BenchOp op, Placement where, const SizePoint&
 }
 
 Status BenchRank::RunOp(BenchOp op, Placement where, const SizePoint& size) {
-  return internal::RunCollective(group_.comm(), Args(op, where, size),
-                                 call_[static_cast<size_t>(op)]);
+  const internal::CallArgs args = Args(op, where, size);
+  if (!IsCollectiveOp(op)) {  // sendrecv: the ring shift, sends first, as nccl-tests runs it
+    Communicator& comm = group_.comm();
+    CHORUS_RETURN_IF_ERROR(comm.Send(args.send, (rank_ + 1) % ranks_, message_));
+    return comm.Recv(args.recv, (rank_ + ranks_ - 1) % ranks_, message_);
+  }
+  return internal::RunCollective(group_.comm(), args, call_[static_cast<size_t>(op)]);
 }
 
 void BenchRank::Prepare(size_t op_index, Placement where, const SizePoint& size) {
   using internal::Outcome;
   const BenchOp op = cfg_.ops[op_index];
-  const internal::CollectiveInfo& c = internal::Collective(op);
+  const internal::CollectiveInfo& c = InfoOf(op);
   if (c.outcome == Outcome::kNothing) return;
   const uint8_t* pattern = patterns_[op_index].input[static_cast<size_t>(rank_)].data();
   const internal::CallArgs args = Args(op, where, size);
@@ -86,7 +91,7 @@ void BenchRank::Prepare(size_t op_index, Placement where, const SizePoint& size)
 uint64_t BenchRank::Verify(size_t op_index, Placement where, const SizePoint& size) const {
   using internal::Outcome;
   const BenchOp op = cfg_.ops[op_index];
-  const internal::CollectiveInfo& c = internal::Collective(op);
+  const internal::CollectiveInfo& c = InfoOf(op);
   const Patterns& pat = patterns_[op_index];
   const internal::CallArgs args = Args(op, where, size);
   const auto* out = static_cast<const uint8_t*>(args.recv.data);
@@ -106,7 +111,9 @@ uint64_t BenchRank::Verify(size_t op_index, Placement where, const SizePoint& si
       const std::vector<size_t> recv = LayoutOf(op, size).recv;  // the sender's replaces it
       uint64_t wrong = 0;
       for (size_t j = 0; j < recv.size(); ++j) {
-        const internal::BlockSource from = c.source(rank_, static_cast<int>(j), cfg_.root);
+        const internal::BlockSource from =
+            c.source != nullptr ? c.source(rank_, static_cast<int>(j), cfg_.root)
+                                : internal::BlockSource{(rank_ + ranks_ - 1) % ranks_, 0};
         // Where the block starts in the sender's send, which it filled from offset 0.
         LayoutAt(op, size, ranks_, from.rank, cfg_.even_split, &layout_);
         layout_size_ = nullptr;

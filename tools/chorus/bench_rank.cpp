@@ -209,9 +209,9 @@ Status BenchRank::Described(const Status& status, BenchOp op, Placement where,
 // ------------------------------------------------------------------------------ rank 0's output
 
 void BenchRank::PrintTableHeader(BenchOp op) const {
-  const bool reduces = internal::Collective(op).reduces;
+  const bool reduces = InfoOf(op).reduces;
   std::string choices = cfg_.algo.empty() ? "" : "  algo " + cfg_.algo;
-  if (internal::Collective(op).varied) {
+  if (InfoOf(op).varied) {
     choices += cfg_.even_split ? "  split even" : "  split uneven";
   }
   std::printf("# chorus bench: op %s  ranks %d  dtype %s  redop %s  transport %s%s\n",
@@ -289,7 +289,7 @@ void BenchRank::Report(BenchOp op, const Row& row) {
     std::fflush(stdout);
     return;
   }
-  const bool reduces = internal::Collective(op).reduces;
+  const bool reduces = InfoOf(op).reduces;
   std::string line(256, '\0');
   int len =
       std::snprintf(line.data(), line.size(), "%12zu  %12zu  %8s  %6s", row.size.total * elem_,

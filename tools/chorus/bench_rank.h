@@ -1,7 +1,8 @@
 // bench_rank.h: one rank's side of `chorus bench` (bench.cpp), on any transport: the timing
 // loop and rank 0's table (bench_rank.cpp), and each collective's buffers, call and check
 // (bench_ops.cpp), which read the collective table (base/collectives.h) rather than naming
-// collectives, so a new row needs no edit here.
+// collectives, so a new row needs no edit here; sendrecv, the ring shift of messages, has a row
+// of its own in those terms (InfoOf, bench_config.h).
 //
 // Timing matches the peer baselines (shared/peers/bench_common.h) so rows can be compared: per
 // timed iteration all ranks meet at an untimed barrier and each times one call; an iteration
@@ -83,6 +84,7 @@ class BenchRank {
       if (internal::Implements(static_cast<CollectiveKind>(k), cfg.algo)) call.algorithm = cfg.algo;
       call.timeout = cfg.timeout;  // a process rank's communicator may have a longer default
     }
+    message_.timeout = cfg.timeout;
     for (BenchOp op : cfg_.ops) {
       sizes_.push_back(MakeSizes(cfg_, op, ranks_));
       patterns_.push_back(MakePatterns(op, cfg_.dtype, cfg_.redop, ranks_));
@@ -121,13 +123,14 @@ class BenchRank {
   const int ranks_;
   const size_t elem_;
   std::array<CallOptions, kNumCollectiveKinds> call_;  // by collective
+  MessageOptions message_;                             // sendrecv's
   std::vector<std::vector<SizePoint>> sizes_;          // [op index]
   std::vector<Patterns> patterns_;                     // [op index]
   size_t max_elems_ = 0;
   // The current call's block lengths (LayoutAt), made once per size and op, not per call.
   mutable BlockLayout layout_;
   mutable const SizePoint* layout_size_ = nullptr;
-  mutable BenchOp layout_op_ = BenchOp::kAllReduce;
+  mutable BenchOp layout_op_ = OpOf(CollectiveKind::kAllReduce);
   Bytes send_;
   Bytes recv_;
 

@@ -227,8 +227,8 @@ int RunModel(const ModelFlags& flags) {
   const std::optional<size_t> requested_bytes = ParseBytes(flags.bytes);
   const std::optional<TransportKind> transport = ParseCliTransport(flags.transport);
   std::string usage;
-  if (!op) {
-    usage = "--op: unknown collective '" + flags.op + "' (" + BenchOpNames() + ")";
+  if (!op || !IsCollectiveOp(*op)) {
+    usage = "--op: unknown collective '" + flags.op + "' (" + BenchOpNames(true) + ")";
   }
   if (!requested_bytes || *requested_bytes == 0) {
     usage = "--bytes: '" + flags.bytes + "' is not a positive size (4, 1K, 1M, 64M)";
@@ -391,7 +391,7 @@ void AddModelCommand(CLI::App& app, int& exit_code) {
       "model",
       "Print each algorithm's predicted time (calibrated cost model), its measured time, and "
       "the algorithm the selection picks, for one collective shape");
-  sub->add_option("--op", flags->op, "collective: " + BenchOpNames())
+  sub->add_option("--op", flags->op, "collective: " + BenchOpNames(true))
       ->capture_default_str();
   sub->add_option("-n,--ranks", flags->ranks, "ranks")->capture_default_str();
   sub->add_option("-b,--bytes", flags->bytes,
