@@ -1,5 +1,5 @@
-// Point-to-point messages (Communicator::Send and Recv, algo/p2p.h) on thread, shm and TCP
-// ranks: exact data at every size, the orders that must not deadlock (all send first, a ring
+// Point-to-point messages (Communicator::Send, Recv and SendRecv, algo/p2p.h) on thread, shm and
+// TCP ranks: exact data at every size, the orders that must not deadlock (all send first, a ring
 // shift, a message around a collective), and the errors that must not hang.
 #include <gtest/gtest.h>
 
@@ -115,6 +115,84 @@ TEST_P(Messages, RingShift) {
       },
       SmallSlots());
   for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// SendRecv shifts every count around a ring of 3, in rounds that mix it with Send and Recv: a
+// message sent before the shift (received first), and rank 0 using Send then Recv in odd rounds
+// while the others use SendRecv. Data and traffic are exact.
+TEST_P(Messages, SendRecvShiftsEveryCountBesideSendAndRecv) {
+  const int p = 3;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        const int to = (r + 1) % p;
+        const int from = (r + p - 1) % p;
+        std::string e;
+        size_t bytes = 0;
+        int number = 0;  // of the messages between each pair
+        for (int round = 0; round < 2; ++round) {
+          for (size_t n = 0; n < kCounts.size(); ++n, ++number) {
+            const auto data = Message(r, to, number, kCounts[n]);
+            std::vector<int32_t> got(kCounts[n], -1);
+            Status s;
+            if (n == 2) {  // a message first, then the shift of the same count
+              s = comm.Send(std::span<const int32_t>(data), to, {.tag = 3});
+              if (s.ok()) s = comm.Recv(std::span<int32_t>(got), from, {.tag = 3});
+              if (!s.ok()) return "send, recv: " + s.ToString();
+              e += Check(got, from, r, number);
+              bytes += kCounts[n] * sizeof(int32_t);
+              ++number;
+            }
+            const auto shifted = Message(r, to, number, kCounts[n]);
+            if (round == 1 && r == 0) {
+              s = comm.Send(std::span<const int32_t>(shifted), to, {.tag = 3});
+              if (s.ok()) s = comm.Recv(std::span<int32_t>(got), from, {.tag = 3});
+            } else {
+              s = comm.SendRecv(std::span<const int32_t>(shifted), to, std::span<int32_t>(got),
+                                from, {.tag = 3});
+            }
+            if (!s.ok()) return "round " + std::to_string(round) + ": " + s.ToString();
+            e += Check(got, from, r, number);
+            bytes += kCounts[n] * sizeof(int32_t);
+          }
+        }
+        const TrafficCounters t = comm.traffic();
+        if (t.messages.bytes_sent != bytes || t.messages.bytes_received != bytes ||
+            t.total.bytes_sent != bytes) {
+          e += "traffic: sent " + std::to_string(t.messages.bytes_sent) + ", received " +
+               std::to_string(t.messages.bytes_received) + " of " + std::to_string(bytes) + "; ";
+        }
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// SendRecv with one peer both ways, with itself, and with a count that differs by direction.
+TEST_P(Messages, SendRecvExchangesAndToItself) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        const int other = 1 - r;
+        std::string e;
+        const size_t mine = r == 0 ? 9000 : 3;  // rank 0 sends 9000, receives 3
+        const auto data = Message(r, other, 0, mine);
+        std::vector<int32_t> got(r == 0 ? 3 : 9000, -1);
+        Status s = comm.SendRecv(std::span<const int32_t>(data), other, std::span<int32_t>(got),
+                                 other);
+        if (!s.ok()) return s.ToString();
+        e += Check(got, other, r, 0);
+        const auto self = Message(r, r, 0, 5000);
+        std::vector<int32_t> back(5000, -1);
+        s = comm.SendRecv(std::span<const int32_t>(self), r, std::span<int32_t>(back), r);
+        if (!s.ok()) return s.ToString();
+        e += Check(back, r, r, 0);
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
 }
 
 // A message sent before collectives is received after them, the collectives' results exact;
@@ -244,6 +322,16 @@ TEST_P(Messages, BadArgumentsAreRefusedAndTheGroupGoesOn) {
                 "recv: options.timeout (0 ms) must be positive");
         refused(comm.Recv(std::span<double>(v), comm.rank()),
                 "receives from itself, but sent itself no message first");
+        refused(comm.SendRecv(std::span<const double>(v), 2, std::span<double>(v), 0),
+                "sendrecv: to (2) is not a rank in [0, 2)");
+        refused(comm.SendRecv(std::span<const double>(v), 0, std::span<double>(v), 5),
+                "sendrecv: from (5) is not a rank in [0, 2)");
+        refused(comm.SendRecv(std::span<const double>(v.data(), 3), 1 - comm.rank(),
+                              std::span<double>(v.data() + 2, 3), 1 - comm.rank()),
+                "sendrecv: send and recv overlap");
+        refused(comm.SendRecv(ConstBuffer{v.data(), 5, DataType::kFloat64}, 1 - comm.rank(),
+                              MutableBuffer{nullptr, 1, DataType::kFloat64}, 1 - comm.rank()),
+                "sendrecv: recv.data is null but recv.count is 1");
         // A message to itself that the Recv does not fit stays for one that does.
         const std::vector<double> self(5, 3.0);
         if (!comm.Send(std::span<const double>(self), comm.rank()).ok()) e += "send to self; ";
@@ -286,6 +374,37 @@ TEST_P(Messages, RecvWithoutASenderTimesOut) {
         if (s.code() != StatusCode::kDeadlineExceeded ||
             s.message().find("recv: rank 0 timed out after 300 ms waiting for message #0 (count "
                              "3, float32, tag 7) from rank 1") == std::string::npos) {
+          return s.ToString();
+        }
+        return "";
+      },
+      SmallSlots());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A SendRecv whose peer takes its message but sends none back times out naming the message it
+// waited for, and the peer's next Recv stops with the group.
+TEST_P(Messages, SendRecvWithoutAReplyTimesOut) {
+  const auto reports = testing::RunGroup(
+      GetParam(), 2,
+      [&](Communicator& comm) -> std::string {
+        std::vector<float> v(3, 1.0f);
+        std::vector<float> w(3);
+        if (comm.rank() == 1) {
+          if (Status s = comm.Recv(std::span<float>(w), 0, {.tag = 7}); !s.ok()) {
+            return s.ToString();
+          }
+          const Status s = comm.Recv(std::span<float>(w), 0, {.tag = 7});
+          if (s.ok() || s.message().find("recv: rank 1 stopped: ") == std::string::npos) {
+            return s.ToString();
+          }
+          return "";
+        }
+        const Status s = comm.SendRecv(std::span<const float>(v), 1, std::span<float>(w), 1,
+                                       {.timeout = std::chrono::milliseconds(300), .tag = 7});
+        if (s.code() != StatusCode::kDeadlineExceeded ||
+            s.message().find("sendrecv: rank 0 timed out after 300 ms waiting for message #0 "
+                             "(count 3, float32, tag 7) from rank 1") == std::string::npos) {
           return s.ToString();
         }
         return "";

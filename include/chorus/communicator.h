@@ -318,6 +318,20 @@ class Communicator {
   Status Recv(std::span<T> data, int peer, const MessageOptions& options = {}) {
     return Recv(MakeBuffer(data), peer, options);
   }
+  // Sends `send` to rank `to` and receives the next message from rank `from` into `recv`, both
+  // at once (MPI_Sendrecv, a step of a ring or pipeline shift): the two move together as room
+  // and data allow, so neither waits for the other to finish, and the message received goes
+  // straight into `recv`. The same as Send then Recv in every other respect (order, matching,
+  // errors, the tag applies to both); `to` and `from` may be the same rank or this one. send
+  // and recv must not overlap.
+  Status SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
+                  const MessageOptions& options = {});
+  template <Element T, Element U>  // T may be const
+  Status SendRecv(std::span<T> send, int to, std::span<U> recv, int from,
+                  const MessageOptions& options = {}) {
+    return SendRecv(MakeBuffer(std::span<const std::remove_cv_t<T>>(send)), to, MakeBuffer(recv),
+                    from, options);
+  }
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

@@ -21,13 +21,38 @@ PointToPoint::PointToPoint(Transport& transport, Waiter& waiter)
       sent_(static_cast<size_t>(transport.size()), 0),
       received_(static_cast<size_t>(transport.size()), 0) {}
 
+PointToPoint::Buffer PointToPoint::Spare(size_t bytes) {
+  if (bytes == 0) return {};
+  for (size_t i = spare_.size(); i-- > 0;) {
+    if (spare_[i].capacity >= bytes) {
+      Buffer buffer = std::move(spare_[i]);
+      spare_[i] = std::move(spare_.back());
+      spare_.pop_back();
+      spare_bytes_ -= buffer.capacity;
+      return buffer;
+    }
+  }
+  return Buffer{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+}
+
+void PointToPoint::Recycle(Buffer buffer) {
+  if (buffer.capacity == 0 || spare_bytes_ + buffer.capacity > kSpareBytes) return;
+  spare_bytes_ += buffer.capacity;
+  spare_.push_back(std::move(buffer));
+}
+
+void PointToPoint::Stash(int peer, const CallTag& tag, const void* data, size_t bytes) {
+  Stashed& s = stash_[static_cast<size_t>(peer)].emplace_back();
+  s.tag = tag;
+  s.buffer = Spare(bytes);
+  s.bytes = bytes;
+  if (bytes > 0) CopyBytes(s.buffer.data.get(), data, bytes);
+}
+
 bool PointToPoint::StashHead(int peer) {
   Message m;
   if (!t_.TryPeek(peer, &m, nullptr) || !IsMessage(m.tag)) return false;
-  Stashed& s = stash_[static_cast<size_t>(peer)].emplace_back();
-  s.tag = m.tag;
-  s.bytes.resize(m.bytes);
-  if (m.bytes > 0) CopyBytes(s.bytes.data(), m.data, m.bytes);
+  Stash(peer, m.tag, m.data, m.bytes);
   t_.Release(peer);
   return true;
 }
@@ -86,42 +111,121 @@ Status PointToPoint::WaitFailed(WaitResult result, const char* op, const std::st
                           " while this rank waited for " + what));
 }
 
+bool PointToPoint::PostNext(Outgoing& out, Traffic* traffic) {
+  const size_t n = std::min(t_.slot_bytes(), out.bytes - out.done);
+  const std::byte* src = out.src + out.done;
+  const size_t inline_bytes = t_.inline_bytes();
+  if (inline_bytes > 0 && n <= inline_bytes) {  // Post copies it into the mailbox entry
+    if (!t_.TryCredit(out.peer)) return false;
+    t_.Post(out.peer, Message{src, n, out.tag});
+  } else {
+    void* slot = t_.TryReserve(out.peer);
+    if (slot == nullptr) return false;
+    if (t_.copies_at_post()) {  // the transport copies into the slot only what it cannot send
+      t_.Post(out.peer, Message{src, n, out.tag});
+    } else {
+      if (n > 0) CopyBytes(slot, src, n);
+      t_.Post(out.peer, Message{slot, n, out.tag});
+    }
+  }
+  traffic->bytes_sent += n;
+  out.done += n;
+  out.started = true;
+  return true;
+}
+
+Status PointToPoint::CheckSegment(const Incoming& in, const CallTag& got, size_t got_bytes) {
+  if (got == in.want && got_bytes <= in.bytes - in.done) return Status::Ok();
+  const std::string me = "recv: rank " + std::to_string(t_.rank());
+  const std::string from = "rank " + std::to_string(in.peer);
+  const CallTag& want = in.want;
+  if (got.call_index == want.call_index && got.count == want.count && got.dtype == want.dtype &&
+      got.layout == want.layout) {
+    return Fail(Internal(me + ": a segment of " + std::to_string(got_bytes) + " bytes from " +
+                         from + " overruns " + DescribeMessage(want)));
+  }
+  if (in.peer == t_.rank()) {  // nothing was taken: the message stays for a Recv that fits it
+    return InvalidArgument(me + ": this rank sent itself " + DescribeMessage(got) + ", not " +
+                           DescribeMessage(want));
+  }
+  return Fail(FailedPrecondition(me + ": ranks disagree on the message: " + from + " sent " +
+                                 DescribeMessage(got) + ", rank " + std::to_string(t_.rank()) +
+                                 " receives " + DescribeMessage(want)));
+}
+
+Status PointToPoint::TakeNext(Incoming& in, Traffic* traffic, bool* moved) {
+  *moved = false;
+  std::deque<Stashed>& stash = stash_[static_cast<size_t>(in.peer)];
+  if (!stash.empty()) {  // older than whatever the FIFO holds
+    Stashed& s = stash.front();
+    CHORUS_RETURN_IF_ERROR(CheckSegment(in, s.tag, s.bytes));
+    if (s.bytes > 0) CopyBytes(in.dst + in.done, s.buffer.data.get(), s.bytes);
+    in.done += s.bytes;
+    in.started = true;
+    traffic->bytes_received += s.bytes;
+    Recycle(std::move(s.buffer));
+    stash.pop_front();
+    *moved = true;
+    return Status::Ok();
+  }
+  if (in.peer == t_.rank()) return Status::Ok();  // its messages are all in the stash
+  Message m;
+  if (!t_.TryPeek(in.peer, &m, &in.want)) return Status::Ok();
+  // A message that arrived after the group failed may point into memory its owner is about to
+  // take back: leave it alone.
+  if (t_.failed()) {
+    return WaitFailed(WaitResult::kInterrupted, "recv", "rank " + std::to_string(in.peer),
+                      in.peer);
+  }
+  if (!IsMessage(m.tag)) {
+    // Left over from a collective call that some rank rejected: its sender abandoned it.
+    if (t_.Abandoned(m.tag.call_index)) {
+      t_.Release(in.peer);
+      *moved = true;
+      return Status::Ok();
+    }
+    return Fail(FailedPrecondition(
+        "recv: rank " + std::to_string(t_.rank()) + ": rank " + std::to_string(in.peer) +
+        " is in " + std::string(CollectiveKindName(m.tag.kind)) + " #" +
+        std::to_string(m.tag.call_index) + " and sent no message before it, where rank " +
+        std::to_string(t_.rank()) + " receives " + DescribeMessage(in.want) +
+        " (between two ranks, messages and collectives are taken in the order the sender made "
+        "them)"));
+  }
+  CHORUS_RETURN_IF_ERROR(CheckSegment(in, m.tag, m.bytes));
+  if (m.bytes > 0) CopyBytes(in.dst + in.done, m.data, m.bytes);
+  t_.Release(in.peer);
+  in.done += m.bytes;
+  in.started = true;
+  traffic->bytes_received += m.bytes;
+  *moved = true;
+  return Status::Ok();
+}
+
 Status PointToPoint::Send(const void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                           Traffic* traffic) {
   const size_t bytes = count * DataTypeSize(dtype);
   const CallTag message = MessageTag(sent_[static_cast<size_t>(peer)], count, dtype, tag);
-  const auto* src = static_cast<const std::byte*>(data);
   if (peer == t_.rank()) {  // to itself: straight into the stash
-    Stashed& s = stash_[static_cast<size_t>(peer)].emplace_back();
-    s.tag = message;
-    if (bytes > 0) s.bytes.assign(src, src + bytes);
+    Stash(peer, message, data, bytes);
     ++sent_[static_cast<size_t>(peer)];
     return Status::Ok();
   }
-  const size_t segment = t_.slot_bytes();
-  size_t done = 0;
-  do {
-    const size_t n = std::min(segment, bytes - done);
-    void* slot = nullptr;
-    for (;;) {
-      // While there is no room, take in what arrives: the peer (or a ring of peers) may be
-      // sending to this rank before it receives, and waits for room in turn.
-      const WaitResult r =
-          waiter_.Wait([&] { return (slot = t_.TryReserve(peer)) != nullptr || StashArrivals(); },
-                       [&] { return t_.failed() || !t_.PeerAlive(peer); }, t_.doorbell(), peer);
-      if (r != WaitResult::kReady) {
-        return WaitFailed(
-            r, "send",
-            "rank " + std::to_string(peer) + " to take " + DescribeMessage(message) + " from it",
-            peer);
-      }
-      if (slot != nullptr) break;
+  Outgoing out{static_cast<const std::byte*>(data), bytes, peer, message};
+  while (!out.finished()) {
+    if (PostNext(out, traffic)) continue;
+    // While there is no room, take in what arrives: the peer (or a ring of peers) may be
+    // sending to this rank before it receives, and waits for room in turn.
+    const WaitResult r =
+        waiter_.Wait([&] { return PostNext(out, traffic) || StashArrivals(); },
+                     [&] { return t_.failed() || !t_.PeerAlive(peer); }, t_.doorbell(), peer);
+    if (r != WaitResult::kReady) {
+      return WaitFailed(
+          r, "send",
+          "rank " + std::to_string(peer) + " to take " + DescribeMessage(message) + " from it",
+          peer);
     }
-    if (n > 0) CopyBytes(slot, src + done, n);
-    t_.Post(peer, Message{slot, n, message});
-    traffic->bytes_sent += n;
-    done += n;
-  } while (done < bytes);
+  }
   ++sent_[static_cast<size_t>(peer)];
   return Status::Ok();
 }
@@ -129,79 +233,91 @@ Status PointToPoint::Send(const void* data, size_t count, DataType dtype, int pe
 Status PointToPoint::Recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag,
                           Traffic* traffic) {
   const size_t bytes = count * DataTypeSize(dtype);
-  const CallTag want = MessageTag(received_[static_cast<size_t>(peer)], count, dtype, tag);
-  auto* dst = static_cast<std::byte*>(data);
-  const std::string from = "rank " + std::to_string(peer);
-  const std::string me = "recv: rank " + std::to_string(t_.rank());
-  std::deque<Stashed>& stash = stash_[static_cast<size_t>(peer)];
-  if (peer == t_.rank() && stash.empty()) {
-    return InvalidArgument(me + " receives from itself, but sent itself no message first");
+  Incoming in{static_cast<std::byte*>(data), bytes, peer,
+              MessageTag(received_[static_cast<size_t>(peer)], count, dtype, tag)};
+  if (peer == t_.rank() && stash_[static_cast<size_t>(peer)].empty()) {
+    return InvalidArgument("recv: rank " + std::to_string(t_.rank()) +
+                           " receives from itself, but sent itself no message first");
   }
-  // The tag of each segment must be the one this Recv expects.
-  auto check = [&](const CallTag& got, size_t got_bytes, size_t done) -> Status {
-    if (got == want && got_bytes <= bytes - done) return Status::Ok();
-    if (got.call_index == want.call_index && got.count == want.count && got.dtype == want.dtype &&
-        got.layout == want.layout) {
-      return Fail(Internal(me + ": a segment of " + std::to_string(got_bytes) + " bytes from " +
-                           from + " overruns " + DescribeMessage(want)));
+  while (!in.finished()) {
+    bool moved = false;
+    CHORUS_RETURN_IF_ERROR(TakeNext(in, traffic, &moved));
+    if (moved) continue;
+    // While waiting, take in what other ranks send (they may wait for room to send to this
+    // rank before they send what another rank waits for).
+    Status error;
+    const WaitResult r = waiter_.Wait(
+        [&] {
+          error = TakeNext(in, traffic, &moved);
+          return moved || !error.ok() || StashArrivals(peer);
+        },
+        [&] { return t_.failed() || !t_.PeerAlive(peer); }, t_.doorbell(), peer);
+    CHORUS_RETURN_IF_ERROR(error);
+    if (r != WaitResult::kReady) {
+      return WaitFailed(r, "recv", DescribeMessage(in.want) + " from rank " + std::to_string(peer),
+                        peer);
     }
-    if (peer == t_.rank()) {  // nothing was taken: the message stays for a Recv that fits it
-      return InvalidArgument(me + ": this rank sent itself " + DescribeMessage(got) + ", not " +
-                             DescribeMessage(want));
-    }
-    return Fail(FailedPrecondition(me + ": ranks disagree on the message: " + from + " sent " +
-                                   DescribeMessage(got) + ", rank " + std::to_string(t_.rank()) +
-                                   " receives " + DescribeMessage(want)));
-  };
-  size_t done = 0;
-  bool first = true;
-  while (first || done < bytes) {
-    first = false;
-    if (!stash.empty()) {
-      Stashed& s = stash.front();
-      CHORUS_RETURN_IF_ERROR(check(s.tag, s.bytes.size(), done));
-      if (!s.bytes.empty()) CopyBytes(dst + done, s.bytes.data(), s.bytes.size());
-      done += s.bytes.size();
-      traffic->bytes_received += s.bytes.size();
-      stash.pop_front();
-      continue;
-    }
-    Message m;
-    for (;;) {
-      // While waiting, take in what other ranks send (they may wait for room to send to this
-      // rank before they send what another rank waits for).
-      const WaitResult r =
-          waiter_.Wait([&] { return t_.TryPeek(peer, &m, &want) || StashArrivals(peer); },
-                       [&] { return t_.failed() || !t_.PeerAlive(peer); }, t_.doorbell(), peer);
-      if (r != WaitResult::kReady) {
-        return WaitFailed(r, "recv", DescribeMessage(want) + " from " + from, peer);
-      }
-      if (!t_.TryPeek(peer, &m, &want)) continue;  // stashed another rank's; wait on
-      // A message that arrived after the group failed may point into memory its owner is
-      // about to take back: leave it alone.
-      if (t_.failed()) return WaitFailed(WaitResult::kInterrupted, "recv", from, peer);
-      // Left over from a collective call that some rank rejected: its sender abandoned it.
-      if (!IsMessage(m.tag) && t_.Abandoned(m.tag.call_index)) {
-        t_.Release(peer);
-        continue;
-      }
-      break;
-    }
-    if (!IsMessage(m.tag)) {
-      return Fail(FailedPrecondition(
-          me + ": " + from + " is in " + std::string(CollectiveKindName(m.tag.kind)) + " #" +
-          std::to_string(m.tag.call_index) + " and sent no message before it, where rank " +
-          std::to_string(t_.rank()) + " receives " + DescribeMessage(want) +
-          " (between two ranks, messages and collectives are taken in the order the sender made "
-          "them)"));
-    }
-    CHORUS_RETURN_IF_ERROR(check(m.tag, m.bytes, done));
-    if (m.bytes > 0) CopyBytes(dst + done, m.data, m.bytes);
-    t_.Release(peer);
-    done += m.bytes;
-    traffic->bytes_received += m.bytes;
   }
   ++received_[static_cast<size_t>(peer)];
+  return Status::Ok();
+}
+
+Status PointToPoint::SendRecv(const void* send, size_t send_count, DataType send_dtype, int to,
+                              void* recv, size_t recv_count, DataType recv_dtype, int from,
+                              uint32_t tag, Traffic* traffic) {
+  if (to == t_.rank() || from == t_.rank()) {
+    // A message to itself is in the stash at once, and one from itself must be there already.
+    CHORUS_RETURN_IF_ERROR(Send(send, send_count, send_dtype, to, tag, traffic));
+    return Recv(recv, recv_count, recv_dtype, from, tag, traffic);
+  }
+  Outgoing out{static_cast<const std::byte*>(send), send_count * DataTypeSize(send_dtype), to,
+               MessageTag(sent_[static_cast<size_t>(to)], send_count, send_dtype, tag)};
+  Incoming in{static_cast<std::byte*>(recv), recv_count * DataTypeSize(recv_dtype), from,
+              MessageTag(received_[static_cast<size_t>(from)], recv_count, recv_dtype, tag)};
+  Status error;
+  // Moves all that can move now; true if anything did (or an error stops the call).
+  const auto step = [&] {
+    bool any = false;
+    while (!out.finished() && PostNext(out, traffic)) any = true;
+    bool moved = true;
+    while (!in.finished() && moved) {
+      error = TakeNext(in, traffic, &moved);
+      if (!error.ok()) return true;
+      any = any || moved;
+    }
+    return any;
+  };
+  while (!out.finished() || !in.finished()) {
+    if (step()) {
+      CHORUS_RETURN_IF_ERROR(error);
+      continue;
+    }
+    // As Send and Recv do, take in what the others send meanwhile; `from`'s next messages too,
+    // once this one is in.
+    const int waited = in.finished() ? to : from;
+    const WaitResult r = waiter_.Wait(
+        [&] { return step() || StashArrivals(in.finished() ? -1 : from); },
+        [&] {  // a peer done with its part may have closed its communicator already
+          return t_.failed() || (!out.finished() && !t_.PeerAlive(to)) ||
+                 (!in.finished() && !t_.PeerAlive(from));
+        },
+        t_.doorbell(), waited);
+    CHORUS_RETURN_IF_ERROR(error);
+    if (r != WaitResult::kReady) {
+      const int peer = !in.finished() && !t_.PeerAlive(from) ? from
+                       : !out.finished() && !t_.PeerAlive(to) ? to
+                                                               : waited;
+      const std::string what =
+          in.finished() ? "rank " + std::to_string(to) + " to take " +
+                              DescribeMessage(out.tag) + " from it"
+                        : DescribeMessage(in.want) + " from rank " + std::to_string(from) +
+                              (out.finished() ? "" : " and room to send to rank " +
+                                                         std::to_string(to));
+      return WaitFailed(r, "sendrecv", what, peer);
+    }
+  }
+  ++sent_[static_cast<size_t>(to)];
+  ++received_[static_cast<size_t>(from)];
   return Status::Ok();
 }
 

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,13 @@ class PointToPoint {
   // Receives the next message from `peer` into `data`, which must be `count` elements of
   // `dtype` under `tag`.
   Status Recv(void* data, size_t count, DataType dtype, int peer, uint32_t tag, Traffic* traffic);
+  // Send to `to` and Recv from `from` at once (MPI_Sendrecv): the segments of both move as
+  // slots and messages allow, so neither waits for the other, and the message from `from`
+  // goes straight into `recv` rather than through the stash. Where either peer is this rank,
+  // Send then Recv.
+  Status SendRecv(const void* send, size_t send_count, DataType send_dtype, int to, void* recv,
+                  size_t recv_count, DataType recv_dtype, int from, uint32_t tag,
+                  Traffic* traffic);
 
   // If `peer`'s oldest message is a point-to-point one, moves it to the stash and releases its
   // slot. True if it did.
@@ -80,10 +88,47 @@ class PointToPoint {
   static constexpr std::chrono::milliseconds kTakeInQuiet{2};
 
  private:
+  // Heap memory of a stashed segment. Buffers of segments received are kept for the next ones
+  // (up to kSpareBytes): a fresh one would cost a page fault per 4 KiB touched.
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t capacity = 0;
+  };
   struct Stashed {
     CallTag tag;
-    std::vector<std::byte> bytes;
+    Buffer buffer;
+    size_t bytes = 0;
   };
+  static constexpr size_t kSpareBytes = size_t{64} << 20;
+  // A message on its way out: the part not yet posted.
+  struct Outgoing {
+    const std::byte* src;
+    size_t bytes;
+    int peer;
+    CallTag tag;
+    size_t done = 0;
+    bool started = false;  // a message of no bytes is one empty segment
+    bool finished() const { return started && done == bytes; }
+  };
+  // A message on its way in: the part not yet taken.
+  struct Incoming {
+    std::byte* dst;
+    size_t bytes;
+    int peer;
+    CallTag want;
+    size_t done = 0;
+    bool started = false;
+    bool finished() const { return started && done == bytes; }
+  };
+  // Posts `out`'s next segment if `out.peer` has room; true if it did.
+  bool PostNext(Outgoing& out, Traffic* traffic);
+  // Takes `in`'s next segment, from the stash or the FIFO, if one is there (*moved: it did). An
+  // error has failed the group, except a mismatch on a message to itself (nothing is taken).
+  Status TakeNext(Incoming& in, Traffic* traffic, bool* moved);
+  Status CheckSegment(const Incoming& in, const CallTag& got, size_t got_bytes);
+  Buffer Spare(size_t bytes);
+  void Recycle(Buffer buffer);
+  void Stash(int peer, const CallTag& tag, const void* data, size_t bytes);
   // The wait's outcome as the call's error; fails the group. `what` completes "waiting for".
   Status WaitFailed(WaitResult result, const char* op, const std::string& what, int peer);
   Status Fail(Status status);
@@ -93,6 +138,8 @@ class PointToPoint {
   std::vector<std::deque<Stashed>> stash_;  // by sender
   std::vector<uint64_t> sent_;              // messages sent to each rank
   std::vector<uint64_t> received_;          // messages taken from each rank
+  std::vector<Buffer> spare_;               // buffers of received segments, for the next
+  size_t spare_bytes_ = 0;
 };
 
 }  // namespace chorus::internal

@@ -39,6 +39,8 @@ class alignas(64) CommState {
   Status Run(const CallArgs& call, const CallOptions& options);
   Status Send(ConstBuffer data, int peer, const MessageOptions& options);
   Status Recv(MutableBuffer data, int peer, const MessageOptions& options);
+  Status SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
+                  const MessageOptions& options);
   Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
   Status health() const;
@@ -50,11 +52,12 @@ class alignas(64) CommState {
   void Quiesce(uint64_t call);
   // OK when a call of `op` may start: no sticky failure and none recorded by the group.
   Status Admit(std::string_view op);
-  // Checks a point-to-point call's arguments; `op` is "send" or "recv".
-  Status CheckMessage(const char* op, const void* data, size_t count, DataType dtype, int peer,
-                      const MessageOptions& options) const;
-  // Ends a point-to-point call: counts it, or keeps its failure.
-  Status EndMessage(Status status);
+  // A point-to-point call of `op` ("send", "recv", "sendrecv"): OK when it may start (Admit)
+  // with these options; its peer argument `name` in range; its end, which adds the bytes it
+  // moved since `before` to the totals and counts it, or keeps its failure.
+  Status StartMessage(const char* op, const MessageOptions& options);
+  Status CheckPeer(const char* op, const char* name, int peer) const;
+  Status EndMessage(Status status, const Traffic& before);
   // Runs call `call` (validated) on the selected algorithm; counts its bytes, not the call.
   Status Execute(const CallArgs& args, const CallOptions& options, uint64_t call);
   // What a valid call derives from its arguments: validated, normalised, selected.

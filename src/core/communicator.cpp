@@ -286,31 +286,24 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
   return Status::Ok();
 }
 
-Status CommState::CheckMessage(const char* op, const void* data, size_t count, DataType dtype,
-                               int peer, const MessageOptions& options) const {
-  const std::string name = std::string(op) + ": ";
-  if (peer < 0 || peer >= size()) {
-    return InvalidArgument(name + "peer (" + std::to_string(peer) + ") is not a rank in [0, " +
-                           std::to_string(size()) + ")");
-  }
-  if (!IsValid(dtype)) {
-    return InvalidArgument(name + "data.dtype (" + std::to_string(static_cast<int>(dtype)) +
-                           ") is not a chorus::DataType");
-  }
-  if (data == nullptr && count > 0) {
-    return InvalidArgument(name + "data.data is null but data.count is " + std::to_string(count));
-  }
-  if (count > std::numeric_limits<size_t>::max() / 2 / DataTypeSize(dtype)) {
-    return InvalidArgument(name + "data.count (" + std::to_string(count) + ") is too large");
-  }
+Status CommState::CheckPeer(const char* op, const char* name, int peer) const {
+  if (peer >= 0 && peer < size()) return Status::Ok();
+  return InvalidArgument(std::string(op) + ": " + name + " (" + std::to_string(peer) +
+                         ") is not a rank in [0, " + std::to_string(size()) + ")");
+}
+
+Status CommState::StartMessage(const char* op, const MessageOptions& options) {
+  CHORUS_RETURN_IF_ERROR(Admit(op));
   if (options.timeout && options.timeout->count() <= 0) {
-    return InvalidArgument(name + "options.timeout (" + std::to_string(options.timeout->count()) +
-                           " ms) must be positive");
+    return InvalidArgument(std::string(op) + ": options.timeout (" +
+                           std::to_string(options.timeout->count()) + " ms) must be positive");
   }
   return Status::Ok();
 }
 
-Status CommState::EndMessage(Status status) {
+Status CommState::EndMessage(Status status, const Traffic& before) {
+  traffic_.total.bytes_sent += traffic_.messages.bytes_sent - before.bytes_sent;
+  traffic_.total.bytes_received += traffic_.messages.bytes_received - before.bytes_received;
   if (!status.ok()) {
     transport_->beacon().waiting_for.store(0, std::memory_order_relaxed);  // after a timeout
     if (status.code() != StatusCode::kInvalidArgument) sticky_ = status;
@@ -322,25 +315,45 @@ Status CommState::EndMessage(Status status) {
 }
 
 Status CommState::Send(ConstBuffer data, int peer, const MessageOptions& options) {
-  CHORUS_RETURN_IF_ERROR(Admit("send"));
-  CHORUS_RETURN_IF_ERROR(CheckMessage("send", data.data, data.count, data.dtype, peer, options));
+  CHORUS_RETURN_IF_ERROR(StartMessage("send", options));
+  CHORUS_RETURN_IF_ERROR(CheckPeer("send", "peer", peer));
+  CHORUS_RETURN_IF_ERROR(ValidateBuffer("send", "data", data.data, data.count, data.dtype));
   waiter_.StartCall(options.timeout.value_or(options_.timeout));
-  const uint64_t before = traffic_.messages.bytes_sent;
-  Status status =
-      p2p_.Send(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages);
-  traffic_.total.bytes_sent += traffic_.messages.bytes_sent - before;
-  return EndMessage(std::move(status));
+  const Traffic before = traffic_.messages;
+  return EndMessage(
+      p2p_.Send(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages), before);
 }
 
 Status CommState::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
-  CHORUS_RETURN_IF_ERROR(Admit("recv"));
-  CHORUS_RETURN_IF_ERROR(CheckMessage("recv", data.data, data.count, data.dtype, peer, options));
+  CHORUS_RETURN_IF_ERROR(StartMessage("recv", options));
+  CHORUS_RETURN_IF_ERROR(CheckPeer("recv", "peer", peer));
+  CHORUS_RETURN_IF_ERROR(ValidateBuffer("recv", "data", data.data, data.count, data.dtype));
   waiter_.StartCall(options.timeout.value_or(options_.timeout));
-  const uint64_t before = traffic_.messages.bytes_received;
-  Status status =
-      p2p_.Recv(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages);
-  traffic_.total.bytes_received += traffic_.messages.bytes_received - before;
-  return EndMessage(std::move(status));
+  const Traffic before = traffic_.messages;
+  return EndMessage(
+      p2p_.Recv(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages), before);
+}
+
+Status CommState::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
+                           const MessageOptions& options) {
+  CHORUS_RETURN_IF_ERROR(StartMessage("sendrecv", options));
+  CHORUS_RETURN_IF_ERROR(CheckPeer("sendrecv", "to", to));
+  CHORUS_RETURN_IF_ERROR(CheckPeer("sendrecv", "from", from));
+  CHORUS_RETURN_IF_ERROR(ValidateBuffer("sendrecv", "send", send.data, send.count, send.dtype));
+  CHORUS_RETURN_IF_ERROR(ValidateBuffer("sendrecv", "recv", recv.data, recv.count, recv.dtype));
+  if (send.count > 0 && recv.count > 0 &&
+      static_cast<const std::byte*>(send.data) <
+          static_cast<const std::byte*>(recv.data) + recv.bytes() &&
+      static_cast<const std::byte*>(recv.data) <
+          static_cast<const std::byte*>(send.data) + send.bytes()) {
+    return InvalidArgument("sendrecv: send and recv overlap (a message moves out of send while "
+                           "another moves into recv)");
+  }
+  waiter_.StartCall(options.timeout.value_or(options_.timeout));
+  const Traffic before = traffic_.messages;
+  return EndMessage(p2p_.SendRecv(send.data, send.count, send.dtype, to, recv.data, recv.count,
+                                  recv.dtype, from, options.tag, &traffic_.messages),
+                    before);
 }
 
 Status CommState::Launch(Plan& plan, uint64_t call) {
@@ -626,6 +639,11 @@ Status Communicator::Send(ConstBuffer data, int peer, const MessageOptions& opti
 
 Status Communicator::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
   return state_->Recv(data, peer, options);
+}
+
+Status Communicator::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
+                              const MessageOptions& options) {
+  return state_->SendRecv(send, to, recv, from, options);
 }
 
 Status Communicator::health() const { return state_->health(); }

@@ -29,23 +29,35 @@ class Checker {
   }
 
   Status Buffer(const char* name, const void* data, size_t count, DataType dtype) const {
-    if (!IsValid(dtype)) {
-      return Fail(std::string(name) + ".dtype (" + std::to_string(static_cast<int>(dtype)) +
-                  ") is not a chorus::DataType");
-    }
-    if (data == nullptr && count > 0) {
-      return Fail(std::string(name) + ".data is null but " + name + ".count is " + Str(count));
-    }
-    // Leave room for `size` chunks of this buffer and for byte offsets into it.
-    if (count > kMaxCount / DataTypeSize(dtype)) {
-      return Fail(std::string(name) + ".count (" + Str(count) + ") is too large");
-    }
-    return Status::Ok();
+    return ValidateBuffer(CollectiveKindName(kind_), name, data, count, dtype);
   }
 
  private:
   CollectiveKind kind_;
 };
+
+}  // namespace
+
+Status ValidateBuffer(std::string_view op, const char* name, const void* data, size_t count,
+                      DataType dtype) {
+  const auto fail = [&](const std::string& what) {
+    return InvalidArgument(std::string(op) + ": " + name + what);
+  };
+  if (!IsValid(dtype)) {
+    return fail(".dtype (" + std::to_string(static_cast<int>(dtype)) +
+                ") is not a chorus::DataType");
+  }
+  if (data == nullptr && count > 0) {
+    return fail(".data is null but " + std::string(name) + ".count is " + Str(count));
+  }
+  // Leave room for `size` chunks of this buffer and for byte offsets into it.
+  if (count > kMaxCount / DataTypeSize(dtype)) {
+    return fail(".count (" + Str(count) + ") is too large");
+  }
+  return Status::Ok();
+}
+
+namespace {
 
 bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
 
 #include "base/collectives.h"
 #include "chorus/communicator.h"
@@ -26,6 +27,11 @@ Status ValidateCall(const CallShape& shape, const CallArgs& call, const CallOpti
 // The call with the buffers this rank ignores replaced by its other one (see
 // CollectiveInfo::send_only_at_root), so that nothing below needs to ask.
 CallArgs Normalized(const CallArgs& call, int rank);
+
+// OK when a call of `op` may use `count` elements of `dtype` at `data` as its buffer `name`
+// (a valid type; data, unless count is 0; a count with room for byte offsets and chunks).
+Status ValidateBuffer(std::string_view op, const char* name, const void* data, size_t count,
+                      DataType dtype);
 
 // OK when `options` can make a communicator of `size` ranks.
 Status ValidateCommOptions(const CommOptions& options, int size, const char* op);

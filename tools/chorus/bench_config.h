@@ -26,8 +26,8 @@ namespace chorus::cli {
 // A benchmarked operation: a collective, whose value is its CollectiveKind and everything about
 // it its row in the collective table (base/collectives.h), or kSendRecv, the ring shift of
 // messages that nccl-tests and the peers (../shared/peers) call sendrecv: every rank sends
-// `count` elements to rank + 1 and receives as many from rank - 1 (Communicator::Send, then
-// Recv). The bench reads both through InfoOf, so only the call itself is sendrecv's own.
+// `count` elements to rank + 1 and receives as many from rank - 1 (Communicator::SendRecv,
+// as the peers time MPI_Sendrecv). The bench reads both through InfoOf, so only the call itself is sendrecv's own.
 enum class BenchOp : uint8_t {};
 inline constexpr BenchOp kSendRecv = static_cast<BenchOp>(kNumCollectiveKinds);
 constexpr BenchOp OpOf(CollectiveKind kind) { return static_cast<BenchOp>(kind); }

@@ -64,10 +64,9 @@ internal::CallArgs BenchRank::Args(BenchOp op, Placement where, const SizePoint&
 
 Status BenchRank::RunOp(BenchOp op, Placement where, const SizePoint& size) {
   const internal::CallArgs args = Args(op, where, size);
-  if (!IsCollectiveOp(op)) {  // sendrecv: the ring shift, sends first, as nccl-tests runs it
-    Communicator& comm = group_.comm();
-    CHORUS_RETURN_IF_ERROR(comm.Send(args.send, (rank_ + 1) % ranks_, message_));
-    return comm.Recv(args.recv, (rank_ + ranks_ - 1) % ranks_, message_);
+  if (!IsCollectiveOp(op)) {  // sendrecv: the ring shift, as MPI_Sendrecv (the peers) runs it
+    return group_.comm().SendRecv(args.send, (rank_ + 1) % ranks_, args.recv,
+                                  (rank_ + ranks_ - 1) % ranks_, message_);
   }
   return internal::RunCollective(group_.comm(), args, call_[static_cast<size_t>(op)]);
 }
