@@ -501,35 +501,48 @@ class PyComm {
   }
   // Send (`data` read) or Recv (`data` written, and returned). The other ranks take no part, so
   // a refusal is raised here alone.
-  py::object Message(bool send, const py::object& data, const py::object& peer,
-                     const py::object& tag, const CallKw& kw) {
+  // send (recv_data is null), recv (send_data is null) or sendrecv (both): the arguments are
+  // checked as one, and a refusal raises on this rank only, since no peer takes part. A
+  // sendrecv's recv of None is made with send's shape and dtype.
+  py::object Message(const char* op, const py::object* send_data, const py::object& to,
+                     const py::object* recv_data, const py::object& from, const py::object& tag,
+                     const CallKw& kw) {
     Communicator& comm = Live();
     Busy busy(this);
     CallKw k = kw;
+    const bool both = send_data != nullptr && recv_data != nullptr;
+    const int to_rank = send_data ? static_cast<int>(k.Int(to, both ? "dest" : "peer", "an int rank")) : -1;
+    const int from_rank =
+        recv_data ? static_cast<int>(k.Int(from, both ? "source" : "peer", "an int rank")) : -1;
     MessageOptions options;
-    const int rank = static_cast<int>(k.Int(peer, "peer", "an int rank"));
     options.tag = static_cast<uint32_t>(k.Int(tag, "tag", "an int in [0, 2**32)", 0, 0xffffffffLL));
     Status refused = k.bad;
-    Array a;
-    if (refused.ok()) {
+    Array s, r;
+    if (refused.ok() && both) {
+      refused = SendAndMadeRecv(*send_data, *recv_data, k, &s, &r,
+                                [](std::vector<py::ssize_t>&) { return Status::Ok(); });
+    } else if (refused.ok()) {
       const std::optional<DataType> as = Override(k, &refused);
-      if (refused.ok()) refused = ToArray(data, "data", !send, as, &a);
+      if (refused.ok() && send_data) refused = ToArray(*send_data, "data", false, as, &s);
+      if (refused.ok() && recv_data) refused = ToArray(*recv_data, "data", true, as, &r);
     }
     if (refused.ok() && !k.timeout.is_none()) {
       std::chrono::milliseconds ms{0};
       refused = ToMillis(k.timeout, "timeout", &ms);
       options.timeout = ms;
     }
-    if (!refused.ok())
-      Raise(Status(refused.code(), (send ? "send: " : "recv: ") + refused.message()), true);
-    Status s;
+    if (!refused.ok()) Raise(Status(refused.code(), std::string(op) + ": " + refused.message()), true);
+    Status st;
     {
       CallWithoutGil nogil;
-      s = send ? comm.Send(ConstBuffer{a.data, a.count, a.dtype}, rank, options)
-               : comm.Recv(MutableBuffer{a.data, a.count, a.dtype}, rank, options);
+      const ConstBuffer out{s.data, s.count, s.dtype};
+      const MutableBuffer in{r.data, r.count, r.dtype};
+      st = both        ? comm.SendRecv(out, to_rank, in, from_rank, options)
+           : send_data ? comm.Send(out, to_rank, options)
+                       : comm.Recv(in, from_rank, options);
     }
-    if (!s.ok()) RaiseCall(s);
-    return send ? py::none() : a.array;
+    if (!st.ok()) RaiseCall(st);
+    return recv_data ? r.array : py::none();
   }
   void Barrier(const CallKw& kw) {
     Call(CollectiveKind::kBarrier, kw, Status::Ok(),
@@ -1016,7 +1029,8 @@ PYBIND11_MODULE(_chorus, m) {
           "send",
           [](PyComm& c, const py::object& data, const py::object& peer, const py::object& tag,
              const py::object& timeout, const py::object& dtype) {
-            return c.Message(true, data, peer, tag, CallKw{timeout, py::none(), dtype, {}});
+            return c.Message("send", &data, peer, nullptr, py::none(), tag,
+                             CallKw{timeout, py::none(), dtype, {}});
           },
           py::arg("data"), py::arg("peer"), py::kw_only(), py::arg("tag") = 0,
           py::arg("timeout") = py::none(), py::arg("dtype") = py::none(),
@@ -1028,12 +1042,28 @@ PYBIND11_MODULE(_chorus, m) {
           "recv",
           [](PyComm& c, const py::object& data, const py::object& peer, const py::object& tag,
              const py::object& timeout, const py::object& dtype) {
-            return c.Message(false, data, peer, tag, CallKw{timeout, py::none(), dtype, {}});
+            return c.Message("recv", nullptr, py::none(), &data, peer, tag,
+                             CallKw{timeout, py::none(), dtype, {}});
           },
           py::arg("data"), py::arg("peer"), py::kw_only(), py::arg("tag") = 0,
           py::arg("timeout") = py::none(), py::arg("dtype") = py::none(),
           "Receives the next message from rank peer into data, whose size, dtype and tag must be "
           "the message's; returns data. Keywords: tag, timeout (seconds, this call only), dtype. ")
+      .def(
+          "sendrecv",
+          [](PyComm& c, const py::object& send, const py::object& dest, const py::object& recv,
+             const py::object& source, const py::object& tag, const py::object& timeout,
+             const py::object& dtype) {
+            return c.Message("sendrecv", &send, dest, &recv, source.is_none() ? dest : source, tag,
+                             CallKw{timeout, py::none(), dtype, {}});
+          },
+          py::arg("send"), py::arg("dest"), py::arg("recv") = py::none(),
+          py::arg("source") = py::none(), py::kw_only(), py::arg("tag") = 0,
+          py::arg("timeout") = py::none(), py::arg("dtype") = py::none(),
+          "Sends send to rank dest and receives the next message from rank source (dest when "
+          "None) into recv (made with send's shape and dtype when None), both at once, as "
+          "MPI_Sendrecv: a step of a ring or pipeline shift. Returns recv. Keywords: tag (both "
+          "messages'), timeout (seconds, this call only), dtype. ")
       .def(
           "barrier",
           [](PyComm& c, const py::object& timeout) {

@@ -254,6 +254,37 @@ def test_send_and_recv(run_group, p):
     assert run_group(p, body) == list(range(p))
 
 
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_sendrecv_shifts_around_the_ring(run_group, p):
+    """sendrecv to rank + 1 from rank - 1: a made recv, a given one, source defaulting to dest,
+    a multi-segment message; then its refusals, after which it goes on."""
+    def body(comm):
+        r = comm.rank
+        nxt, prev = (r + 1) % p, (r - 1) % p
+        got = comm.sendrecv(np.arange(6, dtype=np.uint8) + 10 * r, nxt, source=prev, tag=4)
+        assert got.dtype == np.uint8 and got.shape == (6,)
+        assert np.array_equal(got, np.arange(6) + 10 * prev)
+        big = np.zeros(300000, np.float32)
+        assert comm.sendrecv(np.full(300000, r, np.float32), nxt, big, prev) is big
+        assert np.all(big == prev)
+        if p == 2:  # source defaults to dest: an exchange
+            assert comm.sendrecv(np.array([r]), 1 - r)[0] == 1 - r
+        for bad, text in ((lambda: comm.sendrecv(np.ones(2), p), f"to ({p}) is not a rank"),
+                          (lambda: comm.sendrecv(np.ones(2), 0, source="x"),
+                           "source must be an int rank"),
+                          (lambda: comm.sendrecv(np.ones(2), 0, np.ones(4)[::2]),
+                           "recv is not C-contiguous"),
+                          (lambda: (lambda a: comm.sendrecv(a[:3], 0, a[2:], 0))(np.ones(5)),
+                           "send and recv overlap")):
+            with pytest.raises(chorus.InvalidArgumentError) as e:
+                bad()
+            assert text in str(e.value) and e.value.usable, str(e.value)
+        assert comm.traffic()["messages"]["calls"] == (3 if p == 2 else 2)
+        return int(comm.sendrecv(np.array([r]), nxt, source=prev)[0])
+
+    assert run_group(p, body) == [(r - 1) % p for r in range(p)]
+
+
 def test_recv_of_the_wrong_size_fails_the_group(run_group):
     def body(comm):
         if comm.rank == 0:
