@@ -413,6 +413,68 @@ TEST_P(Messages, SendRecvWithoutAReplyTimesOut) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
 }
 
+// Probe and AwaitMessage: nothing before a message is sent; a message sent before a barrier;
+// a wait that ends when the message comes, while it takes in a large message from a
+// third rank (whose Send could not end otherwise, and which only then lets the awaited one go);
+// and WakeAwaitMessage from another thread.
+TEST_P(Messages, ProbeAndAwaitMessage) {
+  const int p = 3;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        std::string e;
+        const std::vector<int32_t> go(1, 1);
+        std::vector<int32_t> got(1);
+        if (r == 0) {
+          if (comm.Probe(1) || comm.Probe(2) || comm.Probe(0) || comm.Probe(7)) e += "probe; ";
+        }
+        if (Status s = comm.Barrier(); !s.ok()) return s.ToString();
+        if (r == 1) {
+          if (Status s = comm.Send(std::span<const int32_t>(go), 0); !s.ok()) return s.ToString();
+        }
+        if (Status s = comm.Barrier(); !s.ok()) return s.ToString();
+        if (r == 0) {
+          const int first[] = {1};
+          if (!comm.AwaitMessage(first, std::chrono::seconds(60)) || !comm.Probe(1)) {
+            e += "await the first; ";
+          }
+          if (Status s = comm.Recv(std::span<int32_t>(got), 1); !s.ok()) return s.ToString();
+          // Rank 2 sends 40,000 elements (many segments); only once they are out does it tell
+          // rank 1 to send.
+          const int awaited[] = {1};
+          if (!comm.AwaitMessage(awaited, std::chrono::seconds(60))) e += "await; ";
+          if (!comm.Probe(1) || !comm.Probe(2)) e += "probe after the await; ";
+          std::vector<int32_t> big(40000);
+          Status s = comm.Recv(std::span<int32_t>(got), 1, {.tag = 1});
+          if (s.ok()) s = comm.Recv(std::span<int32_t>(big), 2);
+          if (!s.ok()) return s.ToString();
+          e += Check(big, 2, 0, 0);
+          // Woken from another thread, before or during the wait.
+          std::thread waker([&comm] { comm.WakeAwaitMessage(); });
+          const auto start = std::chrono::steady_clock::now();
+          const bool any = comm.AwaitMessage(awaited, std::chrono::seconds(120));
+          waker.join();
+          if (any || std::chrono::steady_clock::now() - start > std::chrono::seconds(60)) {
+            e += "woken; ";
+          }
+        } else if (r == 2) {
+          const auto big = Message(2, 0, 0, 40000);
+          Status s = comm.Send(std::span<const int32_t>(big), 0);
+          if (s.ok()) s = comm.Send(std::span<const int32_t>(go), 1);
+          if (!s.ok()) return s.ToString();
+        } else {
+          Status s = comm.Recv(std::span<int32_t>(got), 2);
+          if (s.ok()) s = comm.Send(std::span<const int32_t>(go), 0, {.tag = 1});
+          if (!s.ok()) return s.ToString();
+        }
+        if (Status s = comm.Barrier(); !s.ok()) return s.ToString();
+        return e;
+      },
+      SmallSlots());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
 // A collective whose rank sent by reference flushes only the peers it sent to in that call: a
 // peer it sent a message to earlier, still unreceived, must not hold it up. (Thread ranks, where
 // collectives send by reference; the receiver receives only once the sender's collective has

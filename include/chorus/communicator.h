@@ -333,6 +333,19 @@ class Communicator {
                     from, options);
   }
 
+  // Whether the next message from `peer` has begun to arrive (MPI_Iprobe): a Recv from `peer`
+  // would then take it without waiting for `peer` to send. Never waits and never fails (false
+  // for a peer out of range, or once the communicator failed).
+  bool Probe(int peer);
+  // Waits until Probe holds for one of `peers`, WakeAwaitMessage() is called, the communicator
+  // fails or `timeout` passes; returns whether one of them has a message. Meanwhile it takes
+  // in, as Recv does, what other ranks send, so their sends go on. For a thread that serves
+  // receives as they come among other work (the torch backend's irecv), and sleeps here
+  // while it has nothing else to do.
+  bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
+  // Ends the AwaitMessage under way, or the next one to start, at once. Safe from any thread.
+  void WakeAwaitMessage();
+
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.
   void Abort();

@@ -2,6 +2,7 @@
 #include "algo/p2p.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "base/stream_copy.h"
@@ -55,6 +56,55 @@ bool PointToPoint::StashHead(int peer) {
   Stash(peer, m.tag, m.data, m.bytes);
   t_.Release(peer);
   return true;
+}
+
+bool PointToPoint::Probe(int peer) {
+  if (!stash_[static_cast<size_t>(peer)].empty()) return true;
+  if (peer == t_.rank() || t_.failed()) return false;
+  Message m;
+  return t_.TryPeek(peer, &m, nullptr) && IsMessage(m.tag);
+}
+
+bool PointToPoint::AwaitMessage(std::span<const int> peers, Deadline until) {
+  const auto arrived = [&] {
+    for (int peer : peers) {
+      if (Probe(peer)) return true;
+    }
+    return false;
+  };
+  const auto others = [&] {  // take in what the others send, so that their sends go on
+    bool any = false;
+    for (int peer = 0; peer < t_.size(); ++peer) {
+      if (peer == t_.rank() || !t_.Linked(peer) ||
+          std::find(peers.begin(), peers.end(), peer) != peers.end()) {
+        continue;
+      }
+      while (StashHead(peer)) any = true;
+    }
+    return any;
+  };
+  const Deadline spin_until = Clock::now() + std::chrono::milliseconds(1);
+  for (;;) {
+    t_.Poll();
+    others();
+    if (arrived()) return true;
+    if (wake_.exchange(false, std::memory_order_acq_rel)) return false;
+    if (t_.failed() || Clock::now() >= until) return false;
+    if (t_.rings_doorbell()) {
+      t_.doorbell().Sleep(
+          [&] { return wake_.load(std::memory_order_acquire) || t_.failed() || arrived() || others(); },
+          until);
+    } else if (Clock::now() < spin_until) {
+      YieldCpu();
+    } else {  // nothing rings (MPI): look again every 100 us
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+}
+
+void PointToPoint::WakeAwaitMessage() {
+  wake_.store(true, std::memory_order_release);
+  t_.doorbell().Ring();
 }
 
 bool PointToPoint::StashArrivals(int except) {

@@ -27,11 +27,13 @@
 // Thread safety: used by the rank's thread, as its collectives are.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,13 @@ class PointToPoint {
   Status SendRecv(const void* send, size_t send_count, DataType send_dtype, int to, void* recv,
                   size_t recv_count, DataType recv_dtype, int from, uint32_t tag,
                   Traffic* traffic);
+
+  // Whether the next message from `peer` has begun to arrive (in the stash, or at the head of
+  // its FIFO). Communicator::Probe.
+  bool Probe(int peer);
+  // Communicator::AwaitMessage and WakeAwaitMessage (the latter from any thread).
+  bool AwaitMessage(std::span<const int> peers, Deadline until);
+  void WakeAwaitMessage();
 
   // If `peer`'s oldest message is a point-to-point one, moves it to the stash and releases its
   // slot. True if it did.
@@ -140,6 +149,7 @@ class PointToPoint {
   std::vector<uint64_t> received_;          // messages taken from each rank
   std::vector<Buffer> spare_;               // buffers of received segments, for the next
   size_t spare_bytes_ = 0;
+  std::atomic<bool> wake_{false};  // WakeAwaitMessage was called
 };
 
 }  // namespace chorus::internal

@@ -41,6 +41,9 @@ class alignas(64) CommState {
   Status Recv(MutableBuffer data, int peer, const MessageOptions& options);
   Status SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
                   const MessageOptions& options);
+  bool Probe(int peer);
+  bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
+  void WakeAwaitMessage();
   Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
   Status health() const;

@@ -356,6 +356,23 @@ Status CommState::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int fro
                     before);
 }
 
+bool CommState::Probe(int peer) {
+  if (peer < 0 || peer >= size() || !sticky_.ok()) return false;
+  return p2p_.Probe(peer);
+}
+
+bool CommState::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
+  if (!sticky_.ok()) return false;
+  for (int peer : peers) {
+    if (peer < 0 || peer >= size()) return false;
+  }
+  const std::chrono::milliseconds longest = std::chrono::hours(24 * 365);
+  return p2p_.AwaitMessage(peers, Clock::now() + std::clamp(timeout, std::chrono::milliseconds(0),
+                                                            longest));
+}
+
+void CommState::WakeAwaitMessage() { p2p_.WakeAwaitMessage(); }
+
 Status CommState::Launch(Plan& plan, uint64_t call) {
   CallContext& ctx = plan.ctx;
   ctx.tag.call_index = call;
@@ -640,6 +657,14 @@ Status Communicator::Send(ConstBuffer data, int peer, const MessageOptions& opti
 Status Communicator::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
   return state_->Recv(data, peer, options);
 }
+
+bool Communicator::Probe(int peer) { return state_->Probe(peer); }
+
+bool Communicator::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
+  return state_->AwaitMessage(peers, timeout);
+}
+
+void Communicator::WakeAwaitMessage() { state_->WakeAwaitMessage(); }
 
 Status Communicator::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
                               const MessageOptions& options) {
