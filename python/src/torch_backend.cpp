@@ -16,7 +16,9 @@
 //   returns at once with a Work whose future completes when the call does: DDP's gradient
 //   all-reduces overlap its backward pass as with Gloo. A smaller one runs at once on the
 //   caller's thread when nothing is queued (handing it over would cost more than the call).
-//   Tensors are captured by value, so they live until their call has finished.
+//   Tensors are captured by value, so they live until their call has finished. A recv whose
+//   message has not begun to arrive waits aside while the calls after it run (CallQueue), as
+//   Gloo's irecv does.
 // - Arguments chorus can check only here (dtype, layout, list lengths) are checked when the
 //   operation is issued; a refusal raises at once on this rank and is passed to the peers as a
 //   refused call (Communicator::RejectCall), which they get from their Work instead of waiting
@@ -322,7 +324,11 @@ class ChorusWork final : public c10d::Work {
     });
   }
 
-  bool isCompleted() override { return future_->completed(); }
+  bool isCompleted() override {
+    if (future_->completed()) return true;
+    Unhold();
+    return future_->completed();
+  }
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
   std::exception_ptr exception() const override {
     return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
@@ -339,6 +345,7 @@ class ChorusWork final : public c10d::Work {
       if (queue_ != nullptr && !future_->completed()) RunHere();
       future_->wait();
     } else {
+      Unhold();
       std::unique_lock<std::mutex> lock(done_->mu);
       if (!done_->cv.wait_for(lock, timeout, [&] { return done_->done; })) {
         TORCH_CHECK(false, "chorus: Work.wait timed out after ", timeout.count(),
@@ -351,7 +358,10 @@ class ChorusWork final : public c10d::Work {
 
   void abort() override { TORCH_CHECK(false, "chorus: Work.abort is not supported"); }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    Unhold();
+    return future_;
+  }
 
   // Completes the future once the call has ended; its callbacks run here. Never throws.
   void Finish(const Status& status) noexcept {
@@ -381,6 +391,8 @@ class ChorusWork final : public c10d::Work {
   void RunHere();
   // Tells the queue that this Work is being waited for (CallQueue::prompt).
   void Waited();
+  // Hands a held recv to the worker (CallQueue::hold): this Work is looked at otherwise.
+  void Unhold();
 
   std::shared_ptr<CallQueue> queue_;
   const std::vector<at::Tensor> outputs_;
@@ -392,17 +404,42 @@ class ChorusWork final : public c10d::Work {
 // thread that issued it (a small call when nothing is queued), or on the thread that waits for
 // it (ChorusWork::RunHere). Shared with the Works, which may outlive their group: a group
 // destroyed has run every call it queued, and its Works then find their calls gone.
+//
+// A recv whose message has not begun to arrive when its turn comes does not hold up the calls
+// issued after it, as Gloo's does not: it waits in `pending` (in issue order) while they run,
+// and the worker runs it once its message comes (Communicator::Probe), sleeping in
+// Communicator::AwaitMessage when nothing else is queued; a call issued meanwhile wakes it
+// (WakeAwaitMessage). So ranks that each irecv before they send do not deadlock. Recvs from
+// one peer still run in issue order.
 struct CallQueue {
+  using Clock = std::chrono::steady_clock;
   struct Entry {
     std::function<Status()> run;
     c10::intrusive_ptr<ChorusWork> work;  // null for a refusal's notice to the peers
+    int recv_from = -1;                   // a recv: its peer
+    Clock::time_point deadline{};         // a recv: when its wait ends (its timeout from issue)
   };
   std::mutex mu;
   // Rung when a call is queued and when one ends: the worker and RunHere wait on it.
   std::condition_variable cv;
   std::deque<Entry> entries;
+  std::deque<Entry> pending;  // recvs waiting for their messages, in issue order
   bool busy = false;
   bool stop = false;  // the group is being destroyed: the worker ends once the queue is empty
+  // A thread (the worker, or RunHere's) sleeps in AwaitMessage: a call queued must wake it.
+  bool awaiting = false;
+  // Threads in RunHere that wait to run a pending recv themselves: the worker leaves them
+  // `pending`.
+  int here = 0;
+  // A prompt caller's recv (below) waits in `pending` unknown to the worker, for the caller's
+  // wait() to run it on its own thread (RunHere) with no other thread woken. Anything else
+  // that may need it served (another call issued, a look at a Work other than wait(), the
+  // group's end) hands it to the worker (Unhold).
+  bool hold = false;
+  // The group's communicator, used only by the thread that has set `busy`, and for
+  // WakeAwaitMessage; valid while an entry is queued or pending (the group runs them all
+  // before it is destroyed).
+  Communicator* comm = nullptr;
   // Whether the caller waits for each call at once: it waited (Work.wait) for the last call it
   // issued, within kPrompt of issuing it and before issuing another, as torch's synchronous
   // calls do. Then a large call, too, runs on the caller's thread when nothing is queued:
@@ -414,7 +451,52 @@ struct CallQueue {
   std::chrono::steady_clock::time_point last_issued;
   bool last_waited = false;
   static constexpr std::chrono::microseconds kPrompt{200};
+
+  // Ends `hold`; true if the worker is to be woken for it. Under `mu`.
+  bool Unhold() {
+    const bool was = hold;
+    hold = false;
+    return was;
+  }
+  // Whether a recv from `peer` issued earlier still waits. Under `mu`.
+  bool Pending(int peer) const {
+    return std::any_of(pending.begin(), pending.end(),
+                       [&](const Entry& e) { return e.recv_from == peer; });
+  }
+  // Whether a recv from `peer` may run now without waiting for `peer` to send: none from it is
+  // pending and its message has begun to arrive. Under `mu`, by the thread that has set busy or
+  // while no thread has.
+  bool RecvReady(int peer) const { return !Pending(peer) && comm->Probe(peer); }
+  // Queues `entry` and wakes the thread that runs or waits for calls. Under `mu`.
+  void Push(Entry entry) {
+    entries.push_back(std::move(entry));
+    if (awaiting) comm->WakeAwaitMessage();
+  }
+  // Runs recv `entry` on this thread, which has set busy and released `mu`, once its message
+  // begins to arrive or its deadline passes; true if it ran. False (`entry` untouched) if a
+  // call was queued meanwhile: the caller gives the queue back to the worker.
+  bool RunRecvWhenReady(Entry& entry, std::unique_lock<std::mutex>& lock, Status* status);
 };
+
+bool CallQueue::RunRecvWhenReady(Entry& entry, std::unique_lock<std::mutex>& lock,
+                                 Status* status) {
+  const int peers[] = {entry.recv_from};
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    if (comm->Probe(entry.recv_from) || now >= entry.deadline) {
+      lock.unlock();
+      *status = entry.run();
+      lock.lock();
+      return true;
+    }
+    if (!entries.empty()) return false;
+    awaiting = true;
+    lock.unlock();
+    comm->AwaitMessage(peers, std::chrono::ceil<milliseconds>(entry.deadline - now));
+    lock.lock();
+    awaiting = false;
+  }
+}
 
 void ChorusWork::Waited() {
   CallQueue& q = *queue_;
@@ -424,24 +506,71 @@ void ChorusWork::Waited() {
   q.prompt = std::chrono::steady_clock::now() - q.last_issued <= CallQueue::kPrompt;
 }
 
+void ChorusWork::Unhold() {
+  if (queue_ == nullptr) return;
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_->mu);
+    wake = queue_->Unhold();
+  }
+  if (wake) queue_->cv.notify_all();
+}
+
 void ChorusWork::RunHere() {
   CallQueue& q = *queue_;
   std::unique_lock<std::mutex> lock(q.mu);
+  const auto mine = [&](const CallQueue::Entry& e) { return e.work.get() == this; };
+  CallQueue::Entry entry;
   for (;;) {
-    const auto it = std::find_if(q.entries.begin(), q.entries.end(),
-                                 [&](const CallQueue::Entry& e) { return e.work.get() == this; });
-    if (it == q.entries.end()) return;  // the worker took it
-    if (it == q.entries.begin() && !q.busy) break;
-    q.cv.wait(lock);
+    const auto it = std::find_if(q.entries.begin(), q.entries.end(), mine);
+    if (it != q.entries.end()) {
+      // A call runs here once it is next; a recv only while it is all there is to run, since
+      // it may wait for its message.
+      if (it == q.entries.begin() && !q.busy &&
+          (it->recv_from < 0 || (q.entries.size() == 1 && !q.Pending(it->recv_from)))) {
+        entry = std::move(q.entries.front());
+        q.entries.pop_front();
+        break;
+      }
+      q.cv.wait(lock);
+      continue;
+    }
+    const auto pit = std::find_if(q.pending.begin(), q.pending.end(), mine);
+    if (pit == q.pending.end()) return;  // the worker took it
+    if (!q.entries.empty() || q.pending.size() > 1) {
+      q.cv.wait(lock);
+      continue;
+    }
+    if (q.busy) {  // the worker may sleep in AwaitMessage for this very recv: take it over
+      ++q.here;
+      if (q.awaiting) q.comm->WakeAwaitMessage();
+      q.cv.wait(lock);
+      --q.here;
+      continue;
+    }
+    entry = std::move(q.pending.front());
+    q.pending.pop_front();
+    q.hold = false;
+    break;
   }
-  CallQueue::Entry entry = std::move(q.entries.front());
-  q.entries.pop_front();
   q.busy = true;
-  lock.unlock();
-  const Status status = entry.run();
-  lock.lock();
+  Status status;
+  if (entry.recv_from >= 0 && !q.RunRecvWhenReady(entry, lock, &status)) {
+    // A call was issued meanwhile: the worker runs it, and this recv when its message comes.
+    q.pending.push_front(std::move(entry));
+    q.busy = false;
+    q.cv.notify_all();
+    return;
+  }
+  if (entry.recv_from < 0) {
+    lock.unlock();
+    status = entry.run();
+    lock.lock();
+  }
   q.busy = false;
-  q.cv.notify_all();
+  // Whoever waits for the queue (the worker, other RunHere calls) waits for entries: with none
+  // left, waking the worker would only take a core from the peers.
+  if (!q.entries.empty() || !q.pending.empty() || q.stop) q.cv.notify_all();
   lock.unlock();
   Finish(status);
 }
@@ -450,8 +579,9 @@ void ChorusWork::RunHere() {
 
 class ProcessGroupChorus final : public c10d::ProcessGroup {
  public:
-  ProcessGroupChorus(int rank, int size, Communicator comm)
-      : c10d::ProcessGroup(rank, size), comm_(std::move(comm)) {
+  ProcessGroupChorus(int rank, int size, Communicator comm, milliseconds timeout)
+      : c10d::ProcessGroup(rank, size), comm_(std::move(comm)), timeout_(timeout) {
+    queue_->comm = &comm_;
     worker_ = std::thread([this] { Run(); });
   }
 
@@ -463,6 +593,7 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
       queue_->stop = true;
+      queue_->hold = false;
     }
     queue_->cv.notify_all();
     worker_.join();
@@ -772,10 +903,10 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   }
 
   // Point-to-point: one tensor, moved as bytes. A refusal raises on this rank alone (its peer
-  // takes no part until its own send or recv, which then waits for the message). A recv runs
-  // in issue order like every call, so it holds up the calls issued after it until its message
-  // is in: unlike Gloo's, an irecv issued before a send that its peer waits for deadlocks
-  // (docs/python.md).
+  // takes no part until its own send or recv, which then waits for the message). A recv whose
+  // message has not begun to arrive lets the calls issued after it run meanwhile (CallQueue),
+  // so an irecv issued before a send that its peer waits for does not deadlock; its timeout
+  // counts from when it was issued.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     const at::Tensor t = One("send", std::nullopt, tensors);
     Peer("send", dst);
@@ -789,12 +920,15 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     const at::Tensor t = One("recv", std::nullopt, tensors);
     Peer("recv", src);
+    const auto deadline = CallQueue::Clock::now() + timeout_;
     return Issue(
         c10d::OpType::RECV, {t},
-        [this, t, src, tag](const CallOptions& o) {
-          return comm_.Recv(Elements(t), src, {o.timeout, static_cast<uint32_t>(tag)});
+        [this, t, src, tag, deadline](const CallOptions&) {
+          const auto left = std::chrono::ceil<milliseconds>(deadline - CallQueue::Clock::now());
+          return comm_.Recv(Elements(t), src,
+                            {std::max(left, milliseconds(1)), static_cast<uint32_t>(tag)});
         },
-        c10d::kUnsetTimeout);
+        c10d::kUnsetTimeout, 0, src, deadline);
   }
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>&, int) override {
     TORCH_CHECK(false,
@@ -998,7 +1132,9 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   // the worker has taken the call runs it itself (ChorusWork::RunHere).
   template <typename Call>
   c10::intrusive_ptr<c10d::Work> Issue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                       Call call, milliseconds timeout, size_t moved = 0) {
+                                       Call call, milliseconds timeout, size_t moved = 0,
+                                       int recv_from = -1,
+                                       CallQueue::Clock::time_point deadline = {}) {
     size_t out_bytes = 0;
     for (const at::Tensor& t : outputs) out_bytes += t.nbytes();
     moved = std::max(moved, out_bytes);
@@ -1022,22 +1158,34 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     };
     CallQueue& q = *queue_;
     std::unique_lock<std::mutex> lock(q.mu);
+    q.Unhold();  // woken below: the entries or the pending recvs are not empty then
     if (q.last != nullptr && !q.last_waited) q.prompt = false;
     q.last = work.get();
     q.last_waited = false;
+    CallQueue::Entry entry{std::move(run), work, recv_from, deadline};
     if ((moved <= kInlineBytes || q.prompt) && q.entries.empty() && !q.busy) {
+      if (recv_from >= 0 && !q.RecvReady(recv_from)) {
+        // It waits for its message: the worker serves it, or a prompt caller's wait().
+        q.pending.push_back(std::move(entry));
+        q.hold = q.prompt;
+        q.last_issued = std::chrono::steady_clock::now();
+        lock.unlock();
+        if (!q.prompt) q.cv.notify_all();
+        return work;
+      }
       q.busy = true;
       lock.unlock();
-      const Status s = run();
+      const Status s = entry.run();
       lock.lock();
       q.busy = false;
-      if (!q.entries.empty()) q.cv.notify_all();  // issued by another thread meanwhile
+      // Issued by another thread meanwhile, or a RunHere that waits for its pending recv.
+      if (!q.entries.empty() || !q.pending.empty()) q.cv.notify_all();
       q.last_issued = std::chrono::steady_clock::now();
       lock.unlock();
       work->Finish(s);
       return work;
     }
-    q.entries.push_back({std::move(run), work});
+    q.Push(std::move(entry));
     q.last_issued = std::chrono::steady_clock::now();
     lock.unlock();
     q.cv.notify_all();
@@ -1077,7 +1225,7 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   void Enqueue(std::function<Status()> run, c10::intrusive_ptr<ChorusWork> work = {}) {
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
-      queue_->entries.push_back({std::move(run), std::move(work)});
+      queue_->Push({std::move(run), std::move(work)});
     }
     queue_->cv.notify_all();
   }
@@ -1111,15 +1259,56 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
     }
   }
 
-  // The worker: one call at a time, never while another thread runs one (CallQueue::busy).
+  // The worker: one call at a time, never while another thread runs one (CallQueue::busy). A
+  // recv whose message has not begun to arrive goes to `pending`, and the calls after it run;
+  // with nothing else queued, the worker runs the first pending recv (of its peer) whose
+  // message has come or whose deadline has passed, or sleeps until one has, or a call is
+  // issued.
   void Run() {
     CallQueue& q = *queue_;
     std::unique_lock<std::mutex> lock(q.mu);
     for (;;) {
-      q.cv.wait(lock, [&] { return (q.stop || !q.entries.empty()) && !q.busy; });
-      if (q.entries.empty()) return;  // stopped, and every issued call has run
-      CallQueue::Entry entry = std::move(q.entries.front());
-      q.entries.pop_front();
+      q.cv.wait(lock, [&] {
+        return !q.busy && (!q.entries.empty() || (!q.pending.empty() && q.here == 0 && !q.hold) ||
+                           (q.stop && q.pending.empty()));
+      });
+      if (q.entries.empty() && q.pending.empty()) return;  // stopped, and every call has run
+      CallQueue::Entry entry;
+      if (!q.entries.empty()) {
+        entry = std::move(q.entries.front());
+        q.entries.pop_front();
+        if (entry.recv_from >= 0 && !q.RecvReady(entry.recv_from)) {
+          q.pending.push_back(std::move(entry));
+          continue;
+        }
+      } else {
+        const auto now = CallQueue::Clock::now();
+        std::vector<int> peers;
+        auto next = q.pending.end();
+        auto until = CallQueue::Clock::time_point::max();
+        for (auto it = q.pending.begin(); it != q.pending.end(); ++it) {
+          if (std::find(peers.begin(), peers.end(), it->recv_from) != peers.end()) continue;
+          peers.push_back(it->recv_from);  // the first pending recv from this peer
+          if (now >= it->deadline || q.comm->Probe(it->recv_from)) {
+            next = it;
+            break;
+          }
+          until = std::min(until, it->deadline);
+        }
+        if (next == q.pending.end()) {
+          q.busy = true;
+          q.awaiting = true;
+          lock.unlock();
+          comm_.AwaitMessage(peers, std::chrono::ceil<milliseconds>(until - now));
+          lock.lock();
+          q.awaiting = false;
+          q.busy = false;
+          q.cv.notify_all();  // a RunHere that asked for the communicator
+          continue;
+        }
+        entry = std::move(*next);
+        q.pending.erase(next);
+      }
       q.busy = true;
       lock.unlock();
       const Status status = entry.run();
@@ -1133,6 +1322,7 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
   static constexpr size_t kInlineBytes = 64 << 10;
 
   Communicator comm_;
+  const milliseconds timeout_;  // the group's: a recv's deadline counts from its issue
   const std::shared_ptr<CallQueue> queue_ = std::make_shared<CallQueue>();
   std::mutex done_mu_;
   std::condition_variable done_cv_;
@@ -1167,7 +1357,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     return Communicator::Create(*options);
   }();
   TORCH_CHECK(comm.ok(), "chorus: ", comm.status().ToString());
-  return c10::make_intrusive<ProcessGroupChorus>(rank, size, std::move(*comm));
+  return c10::make_intrusive<ProcessGroupChorus>(rank, size, std::move(*comm), timeout);
 }
 
 }  // namespace

@@ -182,6 +182,19 @@ def collectives():
     got = torch.empty(3, dtype=torch.complex64)
     dist.recv(got, prv)
     assert torch.all(got == complex(prv, -prv)), got
+    # Every rank receives before it sends, as Gloo allows: the irecvs wait while the calls
+    # issued after them run (an all-reduce, then the sends their peers wait for); two from one
+    # peer complete in order, waited for in the other order.
+    first, second = torch.empty(1 << 16), torch.empty(4)
+    reqs = [dist.irecv(first, prv), dist.irecv(second, prv, tag=1)]
+    y = torch.ones(3)
+    dist.all_reduce(y)
+    assert torch.all(y == p), y
+    dist.send(torch.full((1 << 16,), float(r)), nxt)
+    dist.isend(torch.full((4,), r + 2.0), nxt, tag=1).wait()
+    for q in reversed(reqs):
+        q.wait()
+    assert torch.all(first == prv) and torch.all(second == prv + 2.0), (first, second)
     dist.send(torch.arange(6, dtype=torch.int32) + r, nxt)
     y = torch.ones(2)
     dist.all_reduce(y)

@@ -2,7 +2,6 @@
 #include "algo/p2p.h"
 
 #include <algorithm>
-#include <thread>
 #include <utility>
 
 #include "base/stream_copy.h"
@@ -65,7 +64,7 @@ bool PointToPoint::Probe(int peer) {
   return t_.TryPeek(peer, &m, nullptr) && IsMessage(m.tag);
 }
 
-bool PointToPoint::AwaitMessage(std::span<const int> peers, Deadline until) {
+bool PointToPoint::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
   const auto arrived = [&] {
     for (int peer : peers) {
       if (Probe(peer)) return true;
@@ -73,33 +72,28 @@ bool PointToPoint::AwaitMessage(std::span<const int> peers, Deadline until) {
     return false;
   };
   const auto others = [&] {  // take in what the others send, so that their sends go on
-    bool any = false;
     for (int peer = 0; peer < t_.size(); ++peer) {
       if (peer == t_.rank() || !t_.Linked(peer) ||
           std::find(peers.begin(), peers.end(), peer) != peers.end()) {
         continue;
       }
-      while (StashHead(peer)) any = true;
+      while (StashHead(peer)) {
+      }
     }
-    return any;
   };
-  const Deadline spin_until = Clock::now() + std::chrono::milliseconds(1);
-  for (;;) {
-    t_.Poll();
-    others();
-    if (arrived()) return true;
-    if (wake_.exchange(false, std::memory_order_acq_rel)) return false;
-    if (t_.failed() || Clock::now() >= until) return false;
-    if (t_.rings_doorbell()) {
-      t_.doorbell().Sleep(
-          [&] { return wake_.load(std::memory_order_acquire) || t_.failed() || arrived() || others(); },
-          until);
-    } else if (Clock::now() < spin_until) {
-      YieldCpu();
-    } else {  // nothing rings (MPI): look again every 100 us
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
+  if (wake_.exchange(false, std::memory_order_acq_rel)) return arrived();
+  // The wait a Recv makes (spin, yield, sleep: base/wait.h), so that a message a thread
+  // awaits costs it no more than one it receives.
+  waiter_.StartCall(timeout);
+  const WaitResult r = waiter_.Wait(
+      [&] {
+        others();
+        return arrived();
+      },
+      [&] { return wake_.load(std::memory_order_acquire) || t_.failed(); }, t_.doorbell(),
+      peers.empty() ? -1 : peers.front());
+  wake_.store(false, std::memory_order_release);  // the caller looks at what it was woken for
+  return r != WaitResult::kTimedOut && arrived();
 }
 
 void PointToPoint::WakeAwaitMessage() {

@@ -81,7 +81,7 @@ class PointToPoint {
   // its FIFO). Communicator::Probe.
   bool Probe(int peer);
   // Communicator::AwaitMessage and WakeAwaitMessage (the latter from any thread).
-  bool AwaitMessage(std::span<const int> peers, Deadline until);
+  bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
   void WakeAwaitMessage();
 
   // If `peer`'s oldest message is a point-to-point one, moves it to the stash and releases its

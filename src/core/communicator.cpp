@@ -367,8 +367,10 @@ bool CommState::AwaitMessage(std::span<const int> peers, std::chrono::millisecon
     if (peer < 0 || peer >= size()) return false;
   }
   const std::chrono::milliseconds longest = std::chrono::hours(24 * 365);
-  return p2p_.AwaitMessage(peers, Clock::now() + std::clamp(timeout, std::chrono::milliseconds(0),
-                                                            longest));
+  const bool arrived =
+      p2p_.AwaitMessage(peers, std::clamp(timeout, std::chrono::milliseconds(0), longest));
+  transport_->beacon().waiting_for.store(0, std::memory_order_relaxed);  // after a timeout
+  return arrived;
 }
 
 void CommState::WakeAwaitMessage() { p2p_.WakeAwaitMessage(); }
