@@ -333,15 +333,15 @@ class Communicator {
                     from, options);
   }
 
-  // Whether the next message from `peer` has begun to arrive (MPI_Iprobe): a Recv from `peer`
-  // would then take it without waiting for `peer` to send. Never waits and never fails (false
-  // for a peer out of range, or once the communicator failed).
+  // Whether a Recv from `peer` would go ahead now without waiting for `peer` to send: the next
+  // message from `peer` has begun to arrive (MPI_Iprobe), or the Recv would fail at once (a
+  // peer out of range or gone, a failed communicator). Never waits and never fails.
   bool Probe(int peer);
-  // Waits until Probe holds for one of `peers`, WakeAwaitMessage() is called, the communicator
-  // fails or `timeout` passes; returns whether one of them has a message. Meanwhile it takes
-  // in, as Recv does, what other ranks send, so their sends go on. For a thread that serves
-  // receives as they come among other work (the torch backend's irecv), and sleeps here
-  // while it has nothing else to do.
+  // Waits until Probe holds for one of `peers`, WakeAwaitMessage() is called or `timeout`
+  // passes; returns whether Probe holds for one of them. Meanwhile it takes in, as Recv does,
+  // what other ranks send, so their sends go on. For a thread that serves receives as they
+  // come among other work (the torch backend's irecv), and sleeps here while it has nothing
+  // else to do.
   bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
   // Ends the AwaitMessage under way, or the next one to start, at once. Safe from any thread.
   void WakeAwaitMessage();

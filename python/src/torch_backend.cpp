@@ -520,6 +520,11 @@ void ChorusWork::RunHere() {
   CallQueue& q = *queue_;
   std::unique_lock<std::mutex> lock(q.mu);
   const auto mine = [&](const CallQueue::Entry& e) { return e.work.get() == this; };
+  // A wait() that cannot run its call now leaves any held recv to the worker.
+  const auto wait = [&] {
+    if (q.Unhold()) q.cv.notify_all();
+    q.cv.wait(lock);
+  };
   CallQueue::Entry entry;
   for (;;) {
     const auto it = std::find_if(q.entries.begin(), q.entries.end(), mine);
@@ -532,19 +537,19 @@ void ChorusWork::RunHere() {
         q.entries.pop_front();
         break;
       }
-      q.cv.wait(lock);
+      wait();
       continue;
     }
     const auto pit = std::find_if(q.pending.begin(), q.pending.end(), mine);
     if (pit == q.pending.end()) return;  // the worker took it
     if (!q.entries.empty() || q.pending.size() > 1) {
-      q.cv.wait(lock);
+      wait();
       continue;
     }
     if (q.busy) {  // the worker may sleep in AwaitMessage for this very recv: take it over
       ++q.here;
       if (q.awaiting) q.comm->WakeAwaitMessage();
-      q.cv.wait(lock);
+      wait();
       --q.here;
       continue;
     }
@@ -1167,10 +1172,12 @@ class ProcessGroupChorus final : public c10d::ProcessGroup {
       if (recv_from >= 0 && !q.RecvReady(recv_from)) {
         // It waits for its message: the worker serves it, or a prompt caller's wait().
         q.pending.push_back(std::move(entry));
-        q.hold = q.prompt;
+        // Held only while it is the one pending recv: RunHere runs no other.
+        q.hold = q.prompt && q.pending.size() == 1;
+        const bool held = q.hold;
         q.last_issued = std::chrono::steady_clock::now();
         lock.unlock();
-        if (!q.prompt) q.cv.notify_all();
+        if (!held) q.cv.notify_all();
         return work;
       }
       q.busy = true;

@@ -195,6 +195,15 @@ def collectives():
     for q in reversed(reqs):
         q.wait()
     assert torch.all(first == prv) and torch.all(second == prv + 2.0), (first, second)
+    # A synchronous recv issued while an irecv from the same peer still waits: both complete,
+    # in order.
+    a, c = torch.empty(2), torch.empty(2)
+    early_req = dist.irecv(a, prv)
+    dist.send(torch.full((2,), r + 5.0), nxt)
+    dist.send(torch.full((2,), r + 6.0), nxt)
+    dist.recv(c, prv)
+    early_req.wait()
+    assert torch.all(a == prv + 5.0) and torch.all(c == prv + 6.0), (a, c)
     dist.send(torch.arange(6, dtype=torch.int32) + r, nxt)
     y = torch.ones(2)
     dist.all_reduce(y)

@@ -23,16 +23,21 @@ PointToPoint::PointToPoint(Transport& transport, Waiter& waiter)
 
 PointToPoint::Buffer PointToPoint::Spare(size_t bytes) {
   if (bytes == 0) return {};
-  for (size_t i = spare_.size(); i-- > 0;) {
-    if (spare_[i].capacity >= bytes) {
-      Buffer buffer = std::move(spare_[i]);
-      spare_[i] = std::move(spare_.back());
-      spare_.pop_back();
-      spare_bytes_ -= buffer.capacity;
-      return buffer;
+  size_t best = spare_.size();  // the smallest that fits
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i].capacity >= bytes &&
+        (best == spare_.size() || spare_[i].capacity < spare_[best].capacity)) {
+      best = i;
     }
   }
-  return Buffer{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+  if (best == spare_.size()) {
+    return Buffer{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
+  }
+  Buffer buffer = std::move(spare_[best]);
+  spare_[best] = std::move(spare_.back());
+  spare_.pop_back();
+  spare_bytes_ -= buffer.capacity;
+  return buffer;
 }
 
 void PointToPoint::Recycle(Buffer buffer) {
@@ -61,7 +66,16 @@ bool PointToPoint::Probe(int peer) {
   if (!stash_[static_cast<size_t>(peer)].empty()) return true;
   if (peer == t_.rank() || t_.failed()) return false;
   Message m;
-  return t_.TryPeek(peer, &m, nullptr) && IsMessage(m.tag);
+  while (t_.TryPeek(peer, &m, nullptr)) {
+    if (IsMessage(m.tag)) return true;
+    if (!t_.Abandoned(m.tag.call_index)) return false;  // the peer's next collective
+    t_.Release(peer);  // left over from a collective some rank rejected, as TakeNext drops it
+  }
+  return false;
+}
+
+bool PointToPoint::Settled(int peer) {
+  return Probe(peer) || t_.failed() || (peer != t_.rank() && !t_.PeerAlive(peer));
 }
 
 bool PointToPoint::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
@@ -81,19 +95,33 @@ bool PointToPoint::AwaitMessage(std::span<const int> peers, std::chrono::millise
       }
     }
   };
-  if (wake_.exchange(false, std::memory_order_acq_rel)) return arrived();
+  const auto settled = [&] {  // a Recv from one of them would not wait
+    for (int peer : peers) {
+      if (Settled(peer)) return true;
+    }
+    return false;
+  };
+  if (wake_.exchange(false, std::memory_order_acq_rel)) return settled();
   // The wait a Recv makes (spin, yield, sleep: base/wait.h), so that a message a thread
-  // awaits costs it no more than one it receives.
+  // awaits costs it no more than one it receives. The wake-up is part of the condition, so
+  // that a sleep re-checks it too.
   waiter_.StartCall(timeout);
-  const WaitResult r = waiter_.Wait(
+  waiter_.Wait(
       [&] {
+        if (wake_.load(std::memory_order_acquire)) return true;
         others();
         return arrived();
       },
-      [&] { return wake_.load(std::memory_order_acquire) || t_.failed(); }, t_.doorbell(),
-      peers.empty() ? -1 : peers.front());
+      [&] {
+        if (t_.failed()) return true;
+        for (int peer : peers) {
+          if (peer != t_.rank() && !t_.PeerAlive(peer)) return true;
+        }
+        return false;
+      },
+      t_.doorbell(), peers.empty() ? -1 : peers.front());
   wake_.store(false, std::memory_order_release);  // the caller looks at what it was woken for
-  return r != WaitResult::kTimedOut && arrived();
+  return settled();
 }
 
 void PointToPoint::WakeAwaitMessage() {
@@ -310,7 +338,12 @@ Status PointToPoint::SendRecv(const void* send, size_t send_count, DataType send
                               void* recv, size_t recv_count, DataType recv_dtype, int from,
                               uint32_t tag, Traffic* traffic) {
   if (to == t_.rank() || from == t_.rank()) {
-    // A message to itself is in the stash at once, and one from itself must be there already.
+    // A message to itself is in the stash at once, and one from itself must be there already
+    // (checked before anything is sent).
+    if (from == t_.rank() && to != from && stash_[static_cast<size_t>(from)].empty()) {
+      return InvalidArgument("sendrecv: rank " + std::to_string(t_.rank()) +
+                             " receives from itself, but sent itself no message first");
+    }
     CHORUS_RETURN_IF_ERROR(Send(send, send_count, send_dtype, to, tag, traffic));
     return Recv(recv, recv_count, recv_dtype, from, tag, traffic);
   }

@@ -80,6 +80,8 @@ class PointToPoint {
   // Whether the next message from `peer` has begun to arrive (in the stash, or at the head of
   // its FIFO). Communicator::Probe.
   bool Probe(int peer);
+  // Probe, or a Recv from `peer` would fail at once: the group failed or `peer` is gone.
+  bool Settled(int peer);
   // Communicator::AwaitMessage and WakeAwaitMessage (the latter from any thread).
   bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
   void WakeAwaitMessage();

@@ -357,14 +357,14 @@ Status CommState::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int fro
 }
 
 bool CommState::Probe(int peer) {
-  if (peer < 0 || peer >= size() || !sticky_.ok()) return false;
-  return p2p_.Probe(peer);
+  if (peer < 0 || peer >= size() || !sticky_.ok()) return true;  // its Recv fails at once
+  return p2p_.Settled(peer);
 }
 
 bool CommState::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
-  if (!sticky_.ok()) return false;
+  if (!sticky_.ok()) return true;
   for (int peer : peers) {
-    if (peer < 0 || peer >= size()) return false;
+    if (peer < 0 || peer >= size()) return true;
   }
   const std::chrono::milliseconds longest = std::chrono::hours(24 * 365);
   const bool arrived =
