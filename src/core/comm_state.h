@@ -59,6 +59,9 @@ class alignas(64) CommState {
   // with these options; its peer argument `name` in range; its end, which adds the bytes it
   // moved since `before` to the totals and counts it, or keeps its failure.
   Status StartMessage(const char* op, const MessageOptions& options);
+  // Send (recv null), Recv (send null) or SendRecv: checked, run and counted.
+  Status Exchange(const char* op, const ConstBuffer* send, int to, const MutableBuffer* recv,
+                  int from, const MessageOptions& options);
   Status CheckPeer(const char* op, const char* name, int peer) const;
   Status EndMessage(Status status, const Traffic& before);
   // Runs call `call` (validated) on the selected algorithm; counts its bytes, not the call.

@@ -315,45 +315,52 @@ Status CommState::EndMessage(Status status, const Traffic& before) {
 }
 
 Status CommState::Send(ConstBuffer data, int peer, const MessageOptions& options) {
-  CHORUS_RETURN_IF_ERROR(StartMessage("send", options));
-  CHORUS_RETURN_IF_ERROR(CheckPeer("send", "peer", peer));
-  CHORUS_RETURN_IF_ERROR(ValidateBuffer("send", "data", data.data, data.count, data.dtype));
-  waiter_.StartCall(options.timeout.value_or(options_.timeout));
-  const Traffic before = traffic_.messages;
-  return EndMessage(
-      p2p_.Send(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages), before);
+  return Exchange("send", &data, peer, nullptr, -1, options);
 }
 
 Status CommState::Recv(MutableBuffer data, int peer, const MessageOptions& options) {
-  CHORUS_RETURN_IF_ERROR(StartMessage("recv", options));
-  CHORUS_RETURN_IF_ERROR(CheckPeer("recv", "peer", peer));
-  CHORUS_RETURN_IF_ERROR(ValidateBuffer("recv", "data", data.data, data.count, data.dtype));
-  waiter_.StartCall(options.timeout.value_or(options_.timeout));
-  const Traffic before = traffic_.messages;
-  return EndMessage(
-      p2p_.Recv(data.data, data.count, data.dtype, peer, options.tag, &traffic_.messages), before);
+  return Exchange("recv", nullptr, -1, &data, peer, options);
 }
 
 Status CommState::SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
                            const MessageOptions& options) {
-  CHORUS_RETURN_IF_ERROR(StartMessage("sendrecv", options));
-  CHORUS_RETURN_IF_ERROR(CheckPeer("sendrecv", "to", to));
-  CHORUS_RETURN_IF_ERROR(CheckPeer("sendrecv", "from", from));
-  CHORUS_RETURN_IF_ERROR(ValidateBuffer("sendrecv", "send", send.data, send.count, send.dtype));
-  CHORUS_RETURN_IF_ERROR(ValidateBuffer("sendrecv", "recv", recv.data, recv.count, recv.dtype));
-  if (send.count > 0 && recv.count > 0 &&
-      static_cast<const std::byte*>(send.data) <
-          static_cast<const std::byte*>(recv.data) + recv.bytes() &&
-      static_cast<const std::byte*>(recv.data) <
-          static_cast<const std::byte*>(send.data) + send.bytes()) {
-    return InvalidArgument("sendrecv: send and recv overlap (a message moves out of send while "
-                           "another moves into recv)");
+  return Exchange("sendrecv", &send, to, &recv, from, options);
+}
+
+Status CommState::Exchange(const char* op, const ConstBuffer* send, int to,
+                           const MutableBuffer* recv, int from, const MessageOptions& options) {
+  const bool both = send != nullptr && recv != nullptr;
+  CHORUS_RETURN_IF_ERROR(StartMessage(op, options));
+  if (send != nullptr) {
+    CHORUS_RETURN_IF_ERROR(CheckPeer(op, both ? "to" : "peer", to));
+    CHORUS_RETURN_IF_ERROR(
+        ValidateBuffer(op, both ? "send" : "data", send->data, send->count, send->dtype));
+  }
+  if (recv != nullptr) {
+    CHORUS_RETURN_IF_ERROR(CheckPeer(op, both ? "from" : "peer", from));
+    CHORUS_RETURN_IF_ERROR(
+        ValidateBuffer(op, both ? "recv" : "data", recv->data, recv->count, recv->dtype));
+  }
+  if (both && send->count > 0 && recv->count > 0 &&
+      static_cast<const std::byte*>(send->data) <
+          static_cast<const std::byte*>(recv->data) + recv->bytes() &&
+      static_cast<const std::byte*>(recv->data) <
+          static_cast<const std::byte*>(send->data) + send->bytes()) {
+    return InvalidArgument(std::string(op) +
+                           ": send and recv overlap (a message moves out of send while another "
+                           "moves into recv)");
   }
   waiter_.StartCall(options.timeout.value_or(options_.timeout));
   const Traffic before = traffic_.messages;
-  return EndMessage(p2p_.SendRecv(send.data, send.count, send.dtype, to, recv.data, recv.count,
-                                  recv.dtype, from, options.tag, &traffic_.messages),
-                    before);
+  Traffic* traffic = &traffic_.messages;
+  const uint32_t tag = options.tag;
+  Status status =
+      both ? p2p_.SendRecv(send->data, send->count, send->dtype, to, recv->data, recv->count,
+                           recv->dtype, from, tag, traffic)
+      : send != nullptr
+          ? p2p_.Send(send->data, send->count, send->dtype, to, tag, traffic)
+          : p2p_.Recv(recv->data, recv->count, recv->dtype, from, tag, traffic);
+  return EndMessage(std::move(status), before);
 }
 
 bool CommState::Probe(int peer) {
