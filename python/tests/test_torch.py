@@ -93,3 +93,6 @@ def test_a_rank_that_dies_fails_the_others_calls(tmp_path):
         line = next((l for l in out.stdout.splitlines() if f"rank {r} raised" in l), None)
         assert line is not None, out.stdout + out.stderr
         assert "rank 1" in line and "exited" in line, line
+    line = next((l for l in out.stdout.splitlines() if "rank 0 irecv raised" in l), None)
+    assert line is not None, out.stdout + out.stderr
+    assert "rank 1" in line, line

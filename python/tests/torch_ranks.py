@@ -296,9 +296,18 @@ elif mode == "dies":
     # The launcher stops the others 100 ms after a rank fails: the survivors ignore that, so that
     # it does not race their noticing the death (the launcher kills them after --grace-ms).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Rank 0 also waits for a message from rank 1 that never comes: its irecv, waiting aside
+    # while the barrier runs, fails once rank 1 is gone (not at its timeout).
+    pending = dist.irecv(torch.empty(2), 1) if r == 0 else None
     dist.barrier()
     if r == 1:
         os._exit(3)
+    if pending is not None:
+        try:
+            pending.wait()
+            print(f"rank {r}: irecv: no error", flush=True)
+        except RuntimeError as e:
+            print(f"rank {r} irecv raised: {e}", flush=True)
     try:
         dist.all_reduce(torch.ones(4))
         print(f"rank {r}: no error", flush=True)
