@@ -36,6 +36,8 @@ OPS: Dict[str, Tuple[str, Callable[[int, int], Tuple[int, int]], Callable[[int],
     "alltoall": ("alltoall", lambda n, p: (n, n), lambda p: (p - 1) / p),
     "gather": ("gather", lambda n, p: (n // p, n), lambda p: (p - 1) / p),
     "scatter": ("scatter", lambda n, p: (n, n // p), lambda p: (p - 1) / p),
+    # The ring shift of messages (send to rank + 1, receive from rank - 1), as the peers time it.
+    "sendrecv": ("sendrecv", lambda n, p: (n, n), lambda p: 1.0),
 }
 
 
@@ -76,6 +78,9 @@ def call_of(comm: chorus.Communicator, op: str, send: np.ndarray,
         return lambda: comm.all_to_all(send, recv)
     if op == "gather":
         return lambda: comm.gather(send, recv, 0)
+    if op == "sendrecv":
+        p, r = comm.size, comm.rank
+        return lambda: comm.sendrecv(send, (r + 1) % p, recv, (r - 1) % p)
     return lambda: comm.scatter(send, recv, 0)
 
 

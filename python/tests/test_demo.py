@@ -54,13 +54,13 @@ def test_demo_prints_the_seed_lines_from_real_buffers(tmp_path):
 
 
 def test_bench_prints_nccl_tests_rows(capsys):
-    assert chorus.bench.main(["-n", "2", "--ops", "allreduce,reducescatter,allgather,alltoall",
-                              "--sizes", "32,4K", "--iters", "20", "--csv", "--header"]) == 0
+    assert chorus.bench.main(["-n", "2", "--ops",
+                              "allreduce,reducescatter,allgather,alltoall,sendrecv", "--sizes", "32,4K", "--iters", "20", "--csv", "--header"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0] == "lib,op,ranks,count,bytes,median_us,min_us,algbw_GBs,busbw_GBs"
     ops = [r.split(",")[1] for r in rows[1:]]
     assert ops == ["allreduce", "allreduce", "reduce_scatter", "reduce_scatter", "allgather",
-                   "allgather", "alltoall", "alltoall"]
+                   "allgather", "alltoall", "alltoall", "sendrecv", "sendrecv"]
     for row in rows[1:]:
         lib, _, ranks, count, nbytes, median, low, algbw, busbw = row.split(",")
         assert lib == "chorus-python" and ranks == "2"
