@@ -393,8 +393,9 @@ TEST_P(Messages, SendRecvWithoutAReplyTimesOut) {
   const auto reports = testing::RunGroup(
       GetParam(), 2,
       [&](Communicator& comm) -> std::string {
-        std::vector<float> v(3, 1.0f);
-        std::vector<float> w(3);
+        // Large enough to go by reference on thread ranks.
+        std::vector<float> v(20000, 1.0f);
+        std::vector<float> w(20000);
         if (comm.rank() == 1) {
           // The first Recv takes rank 0's message, unless rank 0 has timed out already (a
           // slow start under load); the second never gets one.
@@ -409,7 +410,7 @@ TEST_P(Messages, SendRecvWithoutAReplyTimesOut) {
                                        {.timeout = std::chrono::milliseconds(300), .tag = 7});
         if (s.code() != StatusCode::kDeadlineExceeded ||
             s.message().find("sendrecv: rank 0 timed out after 300 ms waiting for message #0 "
-                             "(count 3, float32, tag 7) from rank 1") == std::string::npos) {
+                             "(count 20000, float32, tag 7) from rank 1") == std::string::npos) {
           return s.ToString();
         }
         return "";

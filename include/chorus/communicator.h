@@ -323,7 +323,9 @@ class Communicator {
   // and data allow, so neither waits for the other to finish, and the message received goes
   // straight into `recv`. The same as Send then Recv in every other respect (order, matching,
   // errors, the tag applies to both); `to` and `from` may be the same rank or this one. send
-  // and recv must not overlap.
+  // and recv must not overlap. On thread ranks a message over 16 KiB goes by reference (copied
+  // once, straight into the receiver's buffer): the call then also waits until `to`, or
+  // anything `to` waits in, has taken it.
   Status SendRecv(ConstBuffer send, int to, MutableBuffer recv, int from,
                   const MessageOptions& options = {});
   template <Element T, Element U>  // T may be const

@@ -57,6 +57,9 @@ void PointToPoint::Stash(int peer, const CallTag& tag, const void* data, size_t 
 bool PointToPoint::StashHead(int peer) {
   Message m;
   if (!t_.TryPeek(peer, &m, nullptr) || !IsMessage(m.tag)) return false;
+  // A message that arrived after the group failed may point into memory its owner is about to
+  // take back (sent by reference): leave it alone.
+  if (t_.failed()) return false;
   Stash(peer, m.tag, m.data, m.bytes);
   t_.Release(peer);
   return true;
@@ -187,7 +190,9 @@ bool PointToPoint::PostNext(Outgoing& out, Traffic* traffic) {
   const size_t n = std::min(t_.slot_bytes(), out.bytes - out.done);
   const std::byte* src = out.src + out.done;
   const size_t inline_bytes = t_.inline_bytes();
-  if (inline_bytes > 0 && n <= inline_bytes) {  // Post copies it into the mailbox entry
+  if ((inline_bytes > 0 && n <= inline_bytes) || out.by_reference) {
+    // Post copies it into the mailbox entry, or the peer reads it where it is (zero copy: the
+    // caller keeps `src` until Drained).
     if (!t_.TryCredit(out.peer)) return false;
     t_.Post(out.peer, Message{src, n, out.tag});
   } else {
@@ -364,6 +369,26 @@ Status PointToPoint::SendRecv(const void* send, size_t send_count, DataType send
     }
     return any;
   };
+  // On a shared address space (thread ranks) a large message goes by reference: `to` copies it
+  // straight out of `send`, once instead of twice, and the call returns once it has (below).
+  out.by_reference = t_.zero_copy() && out.bytes > kByReferenceFrom;
+  Status status = SendRecvSteps(out, in, step, error);
+  if (!status.ok() && out.by_reference && out.started) {
+    // The group failed, but `to` may be copying out of `send` (it looked before it saw the
+    // failure): give it the moment that takes, as a failed collective does (CommState::Quiesce).
+    const Deadline give_up = Clock::now() + std::chrono::milliseconds(100);
+    while (!t_.Drained(to) && t_.PeerAlive(to) && Clock::now() < give_up) YieldCpu();
+  }
+  if (!status.ok()) return status;
+  ++sent_[static_cast<size_t>(to)];
+  ++received_[static_cast<size_t>(from)];
+  return Status::Ok();
+}
+
+template <typename Step>
+Status PointToPoint::SendRecvSteps(Outgoing& out, Incoming& in, Step& step, Status& error) {
+  const int to = out.peer;
+  const int from = in.peer;
   while (!out.finished() || !in.finished()) {
     if (step()) {
       CHORUS_RETURN_IF_ERROR(error);
@@ -393,8 +418,18 @@ Status PointToPoint::SendRecv(const void* send, size_t send_count, DataType send
       return WaitFailed(r, "sendrecv", what, peer);
     }
   }
-  ++sent_[static_cast<size_t>(to)];
-  ++received_[static_cast<size_t>(from)];
+  // `send` may be reused only once `to` (or its stash) has taken all of it; meanwhile take in
+  // what the others send, as every wait here does.
+  while (out.by_reference && !t_.Drained(to)) {
+    const WaitResult r =
+        waiter_.Wait([&] { return t_.Drained(to) || StashArrivals(); },
+                     [&] { return t_.failed() || !t_.PeerAlive(to); }, t_.doorbell(), to);
+    if (r != WaitResult::kReady) {
+      return WaitFailed(
+          r, "sendrecv",
+          "rank " + std::to_string(to) + " to take " + DescribeMessage(out.tag) + " from it", to);
+    }
+  }
   return Status::Ok();
 }
 

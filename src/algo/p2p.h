@@ -119,8 +119,11 @@ class PointToPoint {
     CallTag tag;
     size_t done = 0;
     bool started = false;  // a message of no bytes is one empty segment
+    bool by_reference = false;  // posted from `src` itself (Transport::zero_copy)
     bool finished() const { return started && done == bytes; }
   };
+  // SendRecv sends larger messages by reference where the transport is zero-copy.
+  static constexpr size_t kByReferenceFrom = 16 << 10;
   // A message on its way in: the part not yet taken.
   struct Incoming {
     std::byte* dst;
@@ -131,6 +134,9 @@ class PointToPoint {
     bool started = false;
     bool finished() const { return started && done == bytes; }
   };
+  // SendRecv's loop: `step` moves what can move; `error` is its error.
+  template <typename Step>
+  Status SendRecvSteps(Outgoing& out, Incoming& in, Step& step, Status& error);
   // Posts `out`'s next segment if `out.peer` has room; true if it did.
   bool PostNext(Outgoing& out, Traffic* traffic);
   // Takes `in`'s next segment, from the stash or the FIFO, if one is there (*moved: it did). An
