@@ -88,16 +88,6 @@ bool PointToPoint::AwaitMessage(std::span<const int> peers, std::chrono::millise
     }
     return false;
   };
-  const auto others = [&] {  // take in what the others send, so that their sends go on
-    for (int peer = 0; peer < t_.size(); ++peer) {
-      if (peer == t_.rank() || !t_.Linked(peer) ||
-          std::find(peers.begin(), peers.end(), peer) != peers.end()) {
-        continue;
-      }
-      while (StashHead(peer)) {
-      }
-    }
-  };
   const auto settled = [&] {  // a Recv from one of them would not wait
     for (int peer : peers) {
       if (Settled(peer)) return true;
@@ -112,7 +102,7 @@ bool PointToPoint::AwaitMessage(std::span<const int> peers, std::chrono::millise
   waiter_.Wait(
       [&] {
         if (wake_.load(std::memory_order_acquire)) return true;
-        others();
+        StashArrivals(peers);  // take in what the others send, so that their sends go on
         return arrived();
       },
       [&] {
@@ -132,10 +122,13 @@ void PointToPoint::WakeAwaitMessage() {
   t_.doorbell().Ring();
 }
 
-bool PointToPoint::StashArrivals(int except) {
+bool PointToPoint::StashArrivals(std::span<const int> except) {
   bool any = false;
   for (int peer = 0; peer < t_.size(); ++peer) {
-    if (peer == t_.rank() || peer == except || !t_.Linked(peer)) continue;
+    if (peer == t_.rank() || std::find(except.begin(), except.end(), peer) != except.end() ||
+        !t_.Linked(peer)) {
+      continue;
+    }
     while (StashHead(peer)) any = true;
   }
   return any;

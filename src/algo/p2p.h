@@ -89,8 +89,11 @@ class PointToPoint {
   // If `peer`'s oldest message is a point-to-point one, moves it to the stash and releases its
   // slot. True if it did.
   bool StashHead(int peer);
-  // StashHead for every peer but `except`, as long as any has one; true if any had.
-  bool StashArrivals(int except = -1);
+  // StashHead for every peer but those in `except`, as long as any has one; true if any had.
+  bool StashArrivals(std::span<const int> except);
+  bool StashArrivals(int except = -1) {
+    return except < 0 ? StashArrivals(std::span<const int>()) : StashArrivals({&except, 1});
+  }
   // StashArrivals, and once it found one, on for as long as more keep coming (each release lets
   // a sender post its next segment), up to kTakeInFor: for a collective's wait that lasts,
   // which would otherwise take in one pipeline of a large message per look.
