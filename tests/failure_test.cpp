@@ -325,6 +325,28 @@ TEST(BadArguments, TwoRejectionsInARowBothReachThePeers) {
   EXPECT_THAT(peer.message(), HasSubstr("recv.count (4) != send.count (8)")) << peer;
 }
 
+// A rank that rejects a call and then destroys its communicator: its peer in that call (before
+// or after the departure) is answered by the rejection, not told the rank is gone.
+TEST(BadArguments, ARankThatRejectsAndLeavesIsAnsweredByItsRejection) {
+  for (int round = 0; round < 20; ++round) {
+    auto comms = Group(2, std::chrono::seconds(30));
+    Status peer;
+    RunRanks(comms, [&](Communicator& comm) {
+      std::vector<float> a(8, 1.0f);
+      if (comm.rank() == 0) {
+        comm.AllReduce({a.data(), 8, DataType::kFloat32}, {a.data(), 4, DataType::kFloat32},
+                       ReduceOp::kSum)
+            .IgnoreError();
+        Communicator gone = std::move(comm);
+      } else {
+        peer = comm.AllReduce(std::span<float>(a), ReduceOp::kSum);
+      }
+    });
+    ASSERT_EQ(peer.code(), StatusCode::kInvalidArgument) << "round " << round << ": " << peer;
+    EXPECT_THAT(peer.message(), HasSubstr("recv.count (4) != send.count (8)")) << peer;
+  }
+}
+
 TEST(Deadline, AnEnormousTimeoutMeansNoDeadlineNotAnOverflow) {
   auto comms = Group(2, milliseconds::max());
   RunRanks(comms, [](Communicator& comm) {

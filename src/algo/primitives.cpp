@@ -114,14 +114,16 @@ Status Channel::WaitFailed(WaitResult result, const char* what, int peer) {
                       "): it came, but its doorbell never rang (a lost wake-up)");
   } else if (t_.failed()) {
     return stopped();
-  } else if (!t_.PeerAlive(peer)) {
+  } else if (t_.Rejected(ctx_.tag.call_index)) {
+    // A rank rejected the call: every rank abandons it, and the communicator stays usable. The
+    // rejecting rank may have gone on and destroyed its communicator since: the rejection is
+    // still the answer to this call.
+    const Status cause = t_.Rejection(ctx_.tag.call_index);
+    return InvalidArgument(op + ": " + cause.message());
+  } else {
     if (t_.DiedUnheard(peer) && AwaitFailureNotice()) return stopped();
     status = Unavailable(op + ": " + me + " stopped: " + t_.DescribeDeath(peer) +
                          " while this rank waited for " + what + " it");
-  } else {
-    // A rank rejected the call: every rank abandons it, and the communicator stays usable.
-    const Status cause = t_.Rejection(ctx_.tag.call_index);
-    return InvalidArgument(op + ": " + cause.message());
   }
   t_.Fail(status);
   return status;
