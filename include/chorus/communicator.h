@@ -80,6 +80,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -347,6 +348,24 @@ class Communicator {
   bool AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout);
   // Ends the AwaitMessage under way, or the next one to start, at once. Safe from any thread.
   void WakeAwaitMessage();
+
+  // Splits the ranks into disjoint communicators by `color` (MPI_Comm_split, ncclCommSplit):
+  // every rank of this communicator calls it; those that pass the same color >= 0 form a new
+  // communicator, ranked by `key` (ties by their rank here), and a rank that passes kNoColor
+  // gets none (an empty optional). Split(0, rank()) duplicates the communicator. A new
+  // communicator has this one's options and is independent of it: its own transport (picked
+  // afresh from where its ranks are: thread ranks stay threads, ranks of one host of a TCP job
+  // meet over shared memory), calls, failures and Abort, and either may outlive the other.
+  // Thread ranks, shm, TCP and hybrid ranks meet through the store this communicator met
+  // through (CreateLocalGroup's ranks through one of their own); MPI ranks through
+  // MPI_Comm_split. Collective over this communicator: it runs an all-gather of the colors and
+  // keys and a closing all-reduce on it (both counted in its traffic), so it fails as they do
+  // (sticky) when a rank never calls it or a peer fails. options.timeout bounds the whole call.
+  // A color below kNoColor returns kInvalidArgument here and on every rank (all stay usable);
+  // when some rank cannot create its new communicator, every rank returns the error (naming that
+  // rank) and no new communicator, and this one stays usable.
+  static constexpr int kNoColor = -1;
+  Result<std::optional<Communicator>> Split(int color, int key, const CallOptions& options = {});
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

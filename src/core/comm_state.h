@@ -5,8 +5,10 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "algo/p2p.h"
@@ -15,6 +17,7 @@
 #include "base/collectives.h"
 #include "base/wait.h"
 #include "chorus/communicator.h"
+#include "chorus/store.h"
 #include "model/cost_model.h"
 #include "transport/transport.h"
 
@@ -33,8 +36,26 @@ class alignas(64) CommState {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   TransportKind transport() const { return kind_; }
-  // Keeps the store server this rank hosts alive as long as the communicator.
-  void HostStore(std::unique_ptr<TcpStoreServer> server) { store_server_ = std::move(server); }
+  // The store the ranks met through (unscoped), the job's secret and the store server this
+  // rank hosts, if any: kept for Split, whose communicators meet through the same store, and
+  // which keep the server alive as long as they live too.
+  void KeepStore(std::shared_ptr<Store> store, std::string secret,
+                 std::shared_ptr<TcpStoreServer> server) {
+    store_ = std::move(store);
+    secret_ = std::move(secret);
+    store_server_ = std::move(server);
+  }
+  const std::shared_ptr<Store>& store() const { return store_; }
+  const std::string& secret() const { return secret_; }
+  const std::shared_ptr<TcpStoreServer>& store_server() const { return store_server_; }
+  const CommOptions& options() const { return options_; }
+  // Split's number for its next call, the same on every rank: splits made before it.
+  uint64_t NextSplit() { return splits_++; }
+  // How Split makes the new communicator where ranks met through no store (MPI: by
+  // MPI_Comm_split). Called on every rank, with its color (kNoColor included) and key.
+  using SplitFn = std::function<Result<std::optional<Communicator>>(int color, int key)>;
+  void SetSplit(SplitFn fn) { split_ = std::move(fn); }
+  const SplitFn& split() const { return split_; }
 
   Status Run(const CallArgs& call, const CallOptions& options);
   Status Send(ConstBuffer data, int peer, const MessageOptions& options);
@@ -97,7 +118,11 @@ class alignas(64) CommState {
   // kAvg of an integer type, exactly: a uint64 sum of two lanes per element (communicator.cpp).
   Status RunIntegerAvg(const CallArgs& args, const CallOptions& options, uint64_t call);
 
-  std::unique_ptr<TcpStoreServer> store_server_;
+  std::shared_ptr<TcpStoreServer> store_server_;
+  std::shared_ptr<Store> store_;
+  std::string secret_;
+  uint64_t splits_ = 0;
+  SplitFn split_;
   std::unique_ptr<Transport> transport_;
   TransportKind kind_;
   CommOptions options_;
@@ -125,5 +150,8 @@ class alignas(64) CommState {
   std::array<Plan, 4> plans_;
   unsigned next_plan_ = 0;
 };
+
+// Communicator::Create, with its deadline given: Split's communicators meet within the split's.
+Result<Communicator> CreateUntil(const CommOptions& options, Deadline deadline);
 
 }  // namespace chorus::internal

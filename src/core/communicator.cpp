@@ -695,13 +695,16 @@ Result<std::vector<Communicator>> CreateLocalGroup(int n, const CommOptions& opt
   }
   auto group =
       std::make_shared<internal::ThreadGroup>(n, options.segment_bytes, options.pipeline_depth);
+  // The group's Split meets through a store of its own, in this process.
+  const std::shared_ptr<Store> store = MakeHashStore();
   std::vector<Communicator> comms;
   comms.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto transport = std::make_unique<internal::ThreadTransport>(group, r);
-    comms.emplace_back(std::make_unique<internal::CommState>(std::move(transport),
-                                                             TransportKind::kThread, options,
-                                                             tuning->For(TransportKind::kThread)));
+    auto state = std::make_unique<internal::CommState>(std::move(transport), TransportKind::kThread,
+                                                       options, tuning->For(TransportKind::kThread));
+    state->KeepStore(store, options.secret, nullptr);
+    comms.emplace_back(std::move(state));
   }
   return comms;
 }

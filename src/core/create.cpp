@@ -263,13 +263,16 @@ std::string_view TransportKindName(TransportKind kind) {
 }
 
 Result<Communicator> Communicator::Create(const CommOptions& options) {
+  return internal::CreateUntil(options, internal::DeadlineAfter(options.timeout));
+}
+
+Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline deadline) {
   CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
   if (options.transport == TransportKind::kMpi) {
     return InvalidArgument(
         "Create: options.transport is kMpi: use chorus::CreateMpiCommunicator (chorus/mpi.h, "
         "built with CHORUS_WITH_MPI)");
   }
-  const Deadline deadline = internal::DeadlineAfter(options.timeout);
 
   std::unique_ptr<TcpStoreServer> server;
   std::shared_ptr<Store> store = options.store;
@@ -419,7 +422,7 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
   auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
                                                      tuning->For(kind), internal::JobCores(members),
                                                      internal::OwnCpu(members, options.rank));
-  state->HostStore(std::move(server));
+  state->KeepStore(std::move(store), std::move(secret), std::move(server));
   return Communicator(std::move(state));
 }
 

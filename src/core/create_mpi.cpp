@@ -139,9 +139,25 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   if (!transport.ok()) return transport.status();
   auto cores = AgreeOnCores(comm, **transport);
   if (!cores.ok()) return cores.status();
-  return Communicator(
+  const MPI_Comm own = (*transport)->comm();
+  auto state =
       std::make_unique<internal::CommState>(std::move(transport).value(), TransportKind::kMpi,
-                                            options, tuning->For(TransportKind::kMpi), *cores));
+                                            options, tuning->For(TransportKind::kMpi), *cores);
+  // Communicator::Split: MPI makes the groups (every rank calls this, as MPI_Comm_split needs),
+  // and each is a communicator of its own over them.
+  state->SetSplit([own, options](int color, int key) -> Result<std::optional<Communicator>> {
+    MPI_Comm part = MPI_COMM_NULL;
+    if (const int rc = MPI_Comm_split(own, color < 0 ? MPI_UNDEFINED : color, key, &part);
+        rc != MPI_SUCCESS) {
+      return internal::MpiError("MPI_Comm_split", rc);
+    }
+    if (part == MPI_COMM_NULL) return std::optional<Communicator>();
+    auto made = CreateMpiCommunicator(part, options);
+    MPI_Comm_free(&part);
+    if (!made.ok()) return made.status();
+    return std::optional<Communicator>(std::move(made).value());
+  });
+  return Communicator(std::move(state));
 }
 
 }  // namespace chorus

@@ -15,10 +15,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,6 +154,44 @@ TEST(MpiCreate, SubCommunicator) {
     EXPECT_EQ(v, std::vector<int64_t>(1000, want));
   }
   MPI_Comm_free(&half);
+}
+
+// Communicator::Split over MPI (MPI_Comm_split underneath): keys that reverse the order, the
+// last rank with no color, a bad color refused on every rank, and the groups used beside the
+// parent and after it is gone.
+TEST(MpiCreate, SplitMakesGroupsThroughMpi) {
+  const int p = WorldSize();
+  std::optional<Communicator> mine;
+  {
+    Communicator world = MustCreate(MPI_COMM_WORLD);
+    const int r = world.rank();
+    auto bad = world.Split(r == 0 ? -3 : 0, 0);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+    const bool left_out = r == p - 1 && p > 2;
+    auto split = world.Split(left_out ? Communicator::kNoColor : r % 2, -r);
+    ASSERT_TRUE(split.ok()) << split.status();
+    ASSERT_EQ(split->has_value(), !left_out);
+    std::vector<int> members;  // world ranks of this group, in new rank order
+    for (int q = p - 1; q >= 0; --q) {
+      if (q % 2 == r % 2 && !(q == p - 1 && p > 2)) members.push_back(q);
+    }
+    int32_t sum = r;
+    ASSERT_TRUE(world.AllReduce(std::span<int32_t>(&sum, 1), ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, p * (p - 1) / 2);
+    if (left_out) return;
+    mine = std::move(split).value();
+    EXPECT_EQ(mine->size(), static_cast<int>(members.size()));
+    EXPECT_EQ(mine->rank(),
+              static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
+    EXPECT_EQ(mine->transport(), TransportKind::kMpi);
+  }
+  // The parent is gone; the group goes on.
+  const int r = WorldRank();
+  std::vector<int32_t> all(static_cast<size_t>(mine->size()), -1);
+  const int32_t me = r;
+  ASSERT_TRUE(mine->AllGather(std::span<const int32_t>(&me, 1), std::span<int32_t>(all)).ok());
+  for (size_t i = 0; i + 1 < all.size(); ++i) EXPECT_GT(all[i], all[i + 1]) << i;
+  for (int32_t q : all) EXPECT_EQ(q % 2, r % 2);
 }
 
 TEST(MpiCreate, CommunicatorsOverOneMpiCommunicatorStayApart) {

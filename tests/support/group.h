@@ -84,8 +84,10 @@ std::vector<std::string> RunGroup(TransportKind kind, int size, Fn&& fn, CommOpt
   if (kind == TransportKind::kThread) {
     auto group = CreateLocalGroup(size, base);
     if (!group.ok()) return std::vector<std::string>(reports.size(), group.status().ToString());
-    RunRanks(*group,
-             [&](Communicator& comm) { reports[static_cast<size_t>(comm.rank())] = fn(comm); });
+    RunRanks(*group, [&](Communicator& comm) {
+      const auto r = static_cast<size_t>(comm.rank());  // fn may move the communicator away
+      reports[r] = fn(comm);
+    });
     return reports;
   }
   const TempDir dir;
