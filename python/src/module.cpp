@@ -544,6 +544,40 @@ class PyComm {
     if (!st.ok()) RaiseCall(st);
     return recv_data ? r.array : py::none();
   }
+  // Communicator::Split. Arguments the library cannot see refuse the split's all-gather, so
+  // that every rank raises alike.
+  std::unique_ptr<PyComm> Split(const py::object& color, const py::object& key,
+                                const py::object& timeout) {
+    Communicator& comm = Live();
+    Busy busy(this);
+    CallKw k{timeout, py::none(), py::none(), {}};
+    const int c = color.is_none() ? Communicator::kNoColor
+                                  : static_cast<int>(k.Int(color, "color", "an int or None"));
+    const int order = key.is_none() ? comm.rank() : static_cast<int>(k.Int(key, "key", "an int"));
+    CallOptions options;
+    if (k.bad.ok() && !timeout.is_none()) {
+      std::chrono::milliseconds ms{0};
+      k.bad = ToMillis(timeout, "timeout", &ms);
+      options.timeout = ms;
+    }
+    if (!k.bad.ok()) {
+      Status rejected;
+      {
+        py::gil_scoped_release nogil;
+        rejected = comm.RejectCall(CollectiveKind::kAllGather, "split: " + k.bad.message());
+      }
+      if (rejected.code() != StatusCode::kInvalidArgument) RaiseCall(rejected);
+      RaiseCall(InvalidArgument("split: " + k.bad.message()));
+    }
+    Result<std::optional<Communicator>> made = Status::Ok();
+    {
+      CallWithoutGil nogil;
+      made = comm.Split(c, order, options);
+    }
+    if (!made.ok()) RaiseCall(made.status());
+    if (!*made) return nullptr;
+    return std::make_unique<PyComm>(std::move(**made));
+  }
   void Barrier(const CallKw& kw) {
     Call(CollectiveKind::kBarrier, kw, Status::Ok(),
          [&](Communicator& c, const CallOptions& o) { return c.Barrier(o); });
@@ -1064,6 +1098,13 @@ PYBIND11_MODULE(_chorus, m) {
           "None) into recv (made with send's shape and dtype when None), both at once, as "
           "MPI_Sendrecv: a step of a ring or pipeline shift. Returns recv. Keywords: tag (both "
           "messages'), timeout (seconds, this call only), dtype. ")
+      .def("split", &PyComm::Split, py::arg("color"), py::arg("key") = py::none(), py::kw_only(),
+           py::arg("timeout") = py::none(),
+           "A new communicator of the ranks that pass the same color (an int >= 0), ranked by key "
+           "(this rank's rank when None; ties by rank), as MPI_Comm_split; None for a rank whose "
+           "color is None. Every rank calls it; split(0) duplicates. The new communicator is "
+           "independent of this one (its own transport, calls and failures) and may outlive it. "
+           "timeout: seconds, the whole split.")
       .def(
           "barrier",
           [](PyComm& c, const py::object& timeout) {

@@ -254,6 +254,36 @@ def test_send_and_recv(run_group, p):
     assert run_group(p, body) == list(range(p))
 
 
+@pytest.mark.parametrize("p", [1, 3, 4])
+def test_split_makes_groups_by_color_and_key(run_group, p):
+    """split: groups by color, ordered by key (the rank by default), None for no color; a bad
+    argument on one rank raises on every rank and the communicator goes on; the new
+    communicators outlive the old."""
+    def body(comm):
+        r = comm.rank
+        half = comm.split(r // 2, key=-r)
+        members = sorted((q for q in range(p) if q // 2 == r // 2), reverse=True)
+        assert (half.rank, half.size, half.transport) == (members.index(r), len(members), "thread")
+        assert np.array_equal(half.all_gather(np.array([r], np.int32)), members)
+        dup = comm.split(0)
+        assert (dup.rank, dup.size) == (r, p)
+        rest = comm.split(None if r == 0 else 1)
+        assert rest is None if r == 0 else (rest.rank, rest.size) == (r - 1, p - 1)
+        with pytest.raises(chorus.InvalidArgumentError) as e:
+            comm.split("x" if r == p - 1 else 0)
+        assert "color must be an int or None" in str(e.value) and e.value.usable, str(e.value)
+        with pytest.raises(chorus.InvalidArgumentError) as e:
+            comm.split(-2 if r == 0 else 0)
+        assert "color (-2)" in str(e.value) or "rank 0" in str(e.value), str(e.value)
+        assert comm.health() is None
+        comm.close()
+        x = dup.all_reduce(np.full(3, r, np.int64))
+        assert np.all(x == p * (p - 1) // 2)
+        return int(half.all_reduce(np.array([r]))[0])
+
+    assert run_group(p, body) == [sum(q for q in range(p) if q // 2 == r // 2) for r in range(p)]
+
+
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_sendrecv_shifts_around_the_ring(run_group, p):
     """sendrecv to rank + 1 from rank - 1: a made recv, a given one, source defaulting to dest,

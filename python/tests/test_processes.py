@@ -37,6 +37,13 @@ SCRIPT = textwrap.dedent("""
     v = comm.all_gather_v(np.full(r, r, np.uint8), list(range(p)))
     assert np.array_equal(v, np.repeat(np.arange(p), np.arange(p)).astype(np.uint8)), v
     comm.barrier()
+    sub = comm.split(r % 2, key=-r)  # even and odd ranks, in reverse order
+    members = sorted((q for q in range(p) if q % 2 == r % 2), reverse=True)
+    assert (sub.rank, sub.size) == (members.index(r), len(members)), (sub.rank, sub.size)
+    s = sub.all_reduce(np.full(5, r, np.int64))
+    assert np.all(s == sum(members)), s
+    assert comm.split(None) is None
+    sub.close()
     if os.environ.get("DIE_RANK") is not None:
         if r == int(os.environ["DIE_RANK"]):
             os._exit(7)
