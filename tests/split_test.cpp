@@ -1,7 +1,8 @@
-// Communicator::Split on thread, shm and TCP ranks, and on fake hosts (hybrid): the groups, ranks
-// and sizes colors and keys make; exact collectives and messages in the new communicators
-// interleaved with the old; a rank with no color; a bad color refused everywhere; new
-// communicators that fail, and outlive their parent, on their own.
+// Communicator::Split and Shrink on thread, shm and TCP ranks, and Split on fake hosts (hybrid):
+// the groups, ranks and sizes colors and keys make; exact collectives and messages in the new
+// communicators interleaved with the old; a rank with no color; a bad color refused everywhere;
+// a rank in another call; new communicators that fail, and outlive their parent, on their own;
+// a shrink past a rank that left, and shrinks' lists checked.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <unistd.h>
@@ -145,7 +146,8 @@ TEST_P(Split, NoColorDuplicateAndNested) {
 }
 
 // A color below kNoColor on one rank: every rank gets kInvalidArgument, the parent stays usable,
-// and the next split (numbered alike on every rank) works.
+// and the next split (numbered alike on every rank) works, also after a rank refused the split
+// through RejectCall, as a binding does for an argument it cannot pass on.
 TEST_P(Split, BadColorIsRefusedOnEveryRank) {
   const int p = 3;
   const auto reports = testing::RunGroup(
@@ -160,6 +162,11 @@ TEST_P(Split, BadColorIsRefusedOnEveryRank) {
                    bad.status().message().find("color") == std::string::npos ||
                    (r != 1 && bad.status().message().find("rank 1") == std::string::npos)) {
           e += "bad split: " + bad.status().ToString() + "; ";
+        }
+        const Status refused = r == 2 ? comm.RejectCall(CollectiveKind::kAllGather, "a bad key")
+                                      : comm.Split(0, 0).status();
+        if (refused.code() != StatusCode::kInvalidArgument) {
+          e += "refused split: " + refused.ToString() + "; ";
         }
         e += Describe(comm.health());
         e += CheckParent(comm);
@@ -201,6 +208,115 @@ TEST_P(Split, NewCommunicatorsFailAndOutliveTheParentAlone) {
         }
         e += CheckGroup(**evens, r, r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3});
         if (r >= 2) e += CheckGroup(h, r, {2, 3});
+        return e;
+      },
+      Base());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// A rank in an all-gather of the split's own shape, not in the split: the split fails the
+// group, naming the disagreement, so that the other rank's next call fails too.
+TEST_P(Split, ARankInAnotherCallOfTheSameShapeFailsTheGroup) {
+  const int p = 2;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        if (comm.rank() == 0) {
+          auto split = comm.Split(0, 0);
+          if (split.ok() || split.status().code() != StatusCode::kFailedPrecondition ||
+              split.status().message().find("disagree") == std::string::npos) {
+            return "split: " + split.status().ToString();
+          }
+        } else {
+          const int64_t mine[4] = {1, 2, 3, 4};
+          int64_t all[8] = {};
+          comm.AllGather(std::span<const int64_t>(mine), std::span<int64_t>(all)).IgnoreError();
+          if (comm.Barrier().ok()) return "the barrier after went ahead";
+        }
+        return comm.health().ok() ? "healthy" : "";
+      },
+      Base());
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// Rank 2 leaves (a process exits, a thread rank destroys its communicator); the others' call
+// fails, and they go on in a communicator without it, made by Shrink on the failed one.
+TEST_P(Split, ShrinkGoesOnWithoutARankThatLeft) {
+  const int p = 4;
+  const TransportKind kind = GetParam();
+  CommOptions o = Base();
+  o.timeout = std::chrono::seconds(60);
+  const auto reports = testing::RunGroup(
+      kind, p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        if (r == 2) {
+          if (kind != TransportKind::kThread) _exit(0);
+          Communicator gone = std::move(comm);
+          return "";
+        }
+        std::string e;
+        int32_t x = 1;
+        const Status s = comm.AllReduce(std::span<int32_t>(&x, 1), ReduceOp::kSum);
+        if (s.ok()) e += "the all-reduce without rank 2 went ahead; ";
+        const int exclude[] = {2};
+        auto rest = comm.Shrink(exclude);
+        if (!rest.ok()) return e + "shrink: " + rest.status().ToString();
+        if (rest->transport() != kind) e += "transport; ";
+        e += CheckGroup(*rest, r, {0, 1, 3});
+        if (comm.health().ok()) e += "the old communicator is healthy; ";
+        return e;
+      },
+      o);
+  for (int r = 0; r < p; ++r) EXPECT_EQ(reports[r], "") << "rank " << r;
+}
+
+// Shrink on a healthy communicator: bad lists refused (taking no number), a list in any order,
+// ranks left out going on in the old communicator meanwhile; then ranks that disagree on the
+// list time out (they meet apart, and cannot meet), and the old communicator fails too.
+TEST_P(Split, ShrinkChecksItsListAndTheRanksAgree) {
+  const int p = 4;
+  const auto reports = testing::RunGroup(
+      GetParam(), p,
+      [&](Communicator& comm) -> std::string {
+        const int r = comm.rank();
+        std::string e;
+        const auto refused = [&](std::vector<int> list, const char* text) {
+          auto s = comm.Shrink(list);
+          if (s.ok() || s.status().code() != StatusCode::kInvalidArgument ||
+              s.status().message().find(text) == std::string::npos) {
+            e += std::string(text) + ": " + s.status().ToString() + "; ";
+          }
+        };
+        refused({4}, "not a rank in [0, 4)");
+        refused({-1}, "not a rank in [0, 4)");
+        refused({1, 1}, "twice");
+        refused({r}, "this rank");
+        if (r == 0 || r == 2) {
+          const std::vector<int> list = r == 0 ? std::vector<int>{3, 1} : std::vector<int>{1, 3};
+          auto pair = comm.Shrink(list);
+          if (!pair.ok()) return e + "shrink: " + pair.status().ToString();
+          e += CheckGroup(*pair, r, {0, 2});
+        } else {
+          const int32_t mine = r;
+          int32_t got = -1;
+          e += Describe(comm.SendRecv(std::span<const int32_t>(&mine, 1), 4 - r,
+                                      std::span<int32_t>(&got, 1), 4 - r));
+          if (got != 4 - r) e += "message " + std::to_string(got) + "; ";
+        }
+        e += CheckParent(comm);
+        // Ranks 0 and 1 leave out rank 3, rank 2 leaves out rank 1.
+        if (r != 3) {
+          auto split = comm.Shrink(r == 2 ? std::vector<int>{1} : std::vector<int>{3},
+                                   {.timeout = std::chrono::seconds(1)});
+          if (split.ok() || split.status().code() != StatusCode::kDeadlineExceeded ||
+              split.status().message().find("same ranks to exclude") == std::string::npos) {
+            e += "disagreeing shrink: " + split.status().ToString() + "; ";
+          }
+          if (comm.health().code() != StatusCode::kDeadlineExceeded) {
+            e += "old communicator after it: " + comm.health().ToString() + "; ";
+          }
+        }
         return e;
       },
       Base());

@@ -352,20 +352,36 @@ class Communicator {
   // Splits the ranks into disjoint communicators by `color` (MPI_Comm_split, ncclCommSplit):
   // every rank of this communicator calls it; those that pass the same color >= 0 form a new
   // communicator, ranked by `key` (ties by their rank here), and a rank that passes kNoColor
-  // gets none (an empty optional). Split(0, rank()) duplicates the communicator. A new
-  // communicator has this one's options and is independent of it: its own transport (picked
-  // afresh from where its ranks are: thread ranks stay threads, ranks of one host of a TCP job
-  // meet over shared memory), calls, failures and Abort, and either may outlive the other.
-  // Thread ranks, shm, TCP and hybrid ranks meet through the store this communicator met
-  // through (CreateLocalGroup's ranks through one of their own); MPI ranks through
-  // MPI_Comm_split. Collective over this communicator: it runs an all-gather of the colors and
-  // keys and a closing all-reduce on it (both counted in its traffic), so it fails as they do
-  // (sticky) when a rank never calls it or a peer fails. options.timeout bounds the whole call.
-  // A color below kNoColor returns kInvalidArgument here and on every rank (all stay usable);
-  // when some rank cannot create its new communicator, every rank returns the error (naming that
-  // rank) and no new communicator, and this one stays usable.
+  // gets none (an empty optional). Split(0, rank()) duplicates. A new communicator has this
+  // one's options and is independent of it: its own transport (picked afresh from where its
+  // ranks are: thread ranks stay threads, ranks of one host of a TCP job meet over shared
+  // memory), calls, failures and Abort, and either may outlive the other. Thread, shm and TCP
+  // ranks meet through the store this communicator met through (CreateLocalGroup's ranks
+  // through one of their own in this process), which must still be served for later splits: a
+  // store that rank 0 serves (torchrun's MASTER_PORT) lives as long as a communicator of rank
+  // 0's made from it. It is collective over this communicator, as a call: two all-gathers on it,
+  // counted in its traffic; a rank in another call fails the group as any mismatch does.
+  // options.timeout bounds the new group's meeting, and the closing all-gather waits as long
+  // again for ranks that started late. A color below kNoColor returns kInvalidArgument on
+  // every rank, and all stay usable; any other failure (a peer's, or a rank that cannot make its
+  // new communicator, named) fails this communicator on every rank, as a call's would. MPI
+  // ranks split through MPI_Comm_split on a duplicate of their MPI communicator, every step an
+  // MPI collective that, as CreateMpiCommunicator, blocks until every rank has called it.
   static constexpr int kNoColor = -1;
   Result<std::optional<Communicator>> Split(int color, int key, const CallOptions& options = {});
+  // A new communicator of this one's ranks but those in `exclude`, in the same order
+  // (ncclCommShrink, MPIX_Comm_shrink): for going on after ranks failed or left. Every rank not
+  // excluded calls it with the same list (any order); excluded ranks do not call it. It runs no
+  // call on this communicator, so it works on a failed one (a peer died, a deadline passed, an
+  // Abort), which it leaves as it is: destroy it when done. Thread, shm and TCP ranks meet
+  // through the store this communicator met through, which must still be served (chorus
+  // launch's is; torchrun's, served by rank 0, goes with rank 0); MPI ranks through
+  // MPI_Comm_create_group, where MPI survives the failure. The transport is picked afresh, as
+  // for Split. kInvalidArgument for a rank out of range or listed twice, or this rank listed
+  // (nothing changes); any other failure fails this communicator too, if it had not failed.
+  // After options.timeout, kDeadlineExceeded naming the ranks that did not join: ranks that
+  // pass different lists meet apart, and so time out.
+  Result<Communicator> Shrink(std::span<const int> exclude, const CallOptions& options = {});
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

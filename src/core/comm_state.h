@@ -6,8 +6,10 @@
 #include <array>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,13 +51,20 @@ class alignas(64) CommState {
   const std::string& secret() const { return secret_; }
   const std::shared_ptr<TcpStoreServer>& store_server() const { return store_server_; }
   const CommOptions& options() const { return options_; }
-  // Split's number for its next call, the same on every rank: splits made before it.
-  uint64_t NextSplit() { return splits_++; }
-  // How Split makes the new communicator where ranks met through no store (MPI: by
-  // MPI_Comm_split). Called on every rank, with its color (kNoColor included) and key.
+  // Shrink's number for its next call with the excluded ranks whose digest is `list`, the same
+  // on every rank that calls it: the shrinks with that list made before it.
+  uint64_t NextShrink(uint64_t list) { return shrinks_[list]++; }
+  // How Split runs where ranks met through no store (MPI: by MPI_Comm_split). Called on every
+  // rank, with its color and key as given, in place of the store's way, and does it all: the
+  // checks, the agreement and the new communicator.
   using SplitFn = std::function<Result<std::optional<Communicator>>(int color, int key)>;
   void SetSplit(SplitFn fn) { split_ = std::move(fn); }
   const SplitFn& split() const { return split_; }
+  // How Shrink makes the new communicator of ranks `keep` (in order) where ranks met through no
+  // store (MPI: by MPI_Comm_create_group). Called on those ranks only.
+  using ShrinkFn = std::function<Result<Communicator>(std::span<const int> keep)>;
+  void SetShrink(ShrinkFn fn) { shrink_ = std::move(fn); }
+  const ShrinkFn& shrink() const { return shrink_; }
 
   Status Run(const CallArgs& call, const CallOptions& options);
   Status Send(ConstBuffer data, int peer, const MessageOptions& options);
@@ -67,7 +76,11 @@ class alignas(64) CommState {
   void WakeAwaitMessage();
   Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
+  // Fails this communicator on every rank with `status` (sticky here, and the group's failure).
+  void Fail(const Status& status);
   Status health() const;
+  // The index the next call will have: the same on every rank, call for call.
+  uint64_t next_call() const { return calls_; }
 
   TrafficCounters traffic() const { return traffic_; }
   void ResetTraffic() { traffic_ = {}; }
@@ -121,8 +134,9 @@ class alignas(64) CommState {
   std::shared_ptr<TcpStoreServer> store_server_;
   std::shared_ptr<Store> store_;
   std::string secret_;
-  uint64_t splits_ = 0;
+  std::map<uint64_t, uint64_t> shrinks_;
   SplitFn split_;
+  ShrinkFn shrink_;
   std::unique_ptr<Transport> transport_;
   TransportKind kind_;
   CommOptions options_;

@@ -113,6 +113,11 @@ void CommState::Quiesce(uint64_t call) {
   }
 }
 
+void CommState::Fail(const Status& status) {
+  if (sticky_.ok()) sticky_ = status;
+  transport_->Fail(status);
+}
+
 void CommState::Abort() {
   transport_->Fail(Aborted("Abort() was called on rank " + std::to_string(rank())));
 }

@@ -75,8 +75,11 @@ Status ValidateCreate(const CommOptions& o) {
 }
 
 int64_t WallMsAfter(std::chrono::milliseconds left) {
+  // A timeout meant as "none" (milliseconds::max()) must not overflow into the past, where every
+  // record would look expired: ten years is as good as never.
+  constexpr std::chrono::milliseconds kNever = std::chrono::hours(24 * 3650);
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch() + left)
+             std::chrono::system_clock::now().time_since_epoch() + std::min(left, kNever))
       .count();
 }
 

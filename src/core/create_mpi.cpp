@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -68,6 +70,10 @@ Result<int> AgreeOnCores(MPI_Comm comm, const internal::Transport& t) {
   }
   return static_cast<int>(std::max<int64_t>(1, fewest * t.size() / 1000));
 }
+
+// MPI_Comm_create_group's tag for Communicator::Shrink (on the split duplicate, where nothing
+// else is sent).
+constexpr int kShrinkTag = 0x5348;
 
 }  // namespace
 
@@ -139,23 +145,87 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   if (!transport.ok()) return transport.status();
   auto cores = AgreeOnCores(comm, **transport);
   if (!cores.ok()) return cores.status();
-  const MPI_Comm own = (*transport)->comm();
+  // Split and Shrink run on a duplicate of their own, so that their MPI calls never meet the
+  // transport's (its teardown's collective, above all). Freed with the communicator.
+  MPI_Comm own = MPI_COMM_NULL;
+  if (const int rc = MPI_Comm_dup(comm, &own); rc != MPI_SUCCESS) {
+    return internal::MpiError("CreateMpiCommunicator: MPI_Comm_dup", rc);
+  }
+  const std::shared_ptr<MPI_Comm> splits(new MPI_Comm(own), [](MPI_Comm* c) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (done == 0) MPI_Comm_free(c);
+    delete c;
+  });
   auto state =
       std::make_unique<internal::CommState>(std::move(transport).value(), TransportKind::kMpi,
                                             options, tuning->For(TransportKind::kMpi), *cores);
-  // Communicator::Split: MPI makes the groups (every rank calls this, as MPI_Comm_split needs),
-  // and each is a communicator of its own over them.
-  state->SetSplit([own, options](int color, int key) -> Result<std::optional<Communicator>> {
-    MPI_Comm part = MPI_COMM_NULL;
-    if (const int rc = MPI_Comm_split(own, color < 0 ? MPI_UNDEFINED : color, key, &part);
-        rc != MPI_SUCCESS) {
-      return internal::MpiError("MPI_Comm_split", rc);
+  // Communicator::Split, all in MPI calls that every rank makes whatever happens, as MPI needs
+  // (an MPI collective cannot time out, so no rank may leave one out): the colors checked, the
+  // groups made by MPI_Comm_split, a communicator of each, and whether every group was made.
+  state->SetSplit([splits, options, rank](int color, int key) -> Result<std::optional<Communicator>> {
+    const MPI_Comm c = *splits;
+    const int bad = color < Communicator::kNoColor ? rank + 1 : 0;
+    int worst = 0;
+    if (const int rc = MPI_Allreduce(&bad, &worst, 1, MPI_INT, MPI_MAX, c); rc != MPI_SUCCESS) {
+      return internal::MpiError("split: MPI_Allreduce", rc);
     }
-    if (part == MPI_COMM_NULL) return std::optional<Communicator>();
+    if (worst != 0) {
+      return InvalidArgument(
+          bad != 0 ? "split: color (" + std::to_string(color) +
+                         ") must be >= 0, or Communicator::kNoColor (-1) for no group"
+                   : "split: rank " + std::to_string(worst - 1) +
+                         " rejected this call (its color is below Communicator::kNoColor)");
+    }
+    MPI_Comm part = MPI_COMM_NULL;
+    if (const int rc = MPI_Comm_split(c, color < 0 ? MPI_UNDEFINED : color, key, &part);
+        rc != MPI_SUCCESS) {
+      return internal::MpiError("split: MPI_Comm_split", rc);
+    }
+    std::optional<Communicator> made;
+    Status mine;
+    if (part != MPI_COMM_NULL) {
+      auto created = CreateMpiCommunicator(part, options);
+      MPI_Comm_free(&part);
+      if (created.ok()) {
+        made = std::move(created).value();
+      } else {
+        mine = created.status();
+      }
+    }
+    const int failed = mine.ok() ? 0 : rank + 1;
+    int first = 0;
+    if (const int rc = MPI_Allreduce(&failed, &first, 1, MPI_INT, MPI_MAX, c); rc != MPI_SUCCESS) {
+      return internal::MpiError("split: MPI_Allreduce", rc);
+    }
+    if (!mine.ok()) {
+      return Status(mine.code() == StatusCode::kInvalidArgument ? StatusCode::kFailedPrecondition
+                                                                : mine.code(),
+                    "split: rank " + std::to_string(rank) +
+                        " could not make its communicator: " + mine.message());
+    }
+    if (first != 0) {
+      return FailedPrecondition("split: rank " + std::to_string(first - 1) +
+                                " could not make its communicator (its own error says why)");
+    }
+    return made;
+  });
+  // Communicator::Shrink: the ranks kept (and they alone) make their MPI communicator.
+  state->SetShrink([splits, options](std::span<const int> keep) -> Result<Communicator> {
+    MPI_Group all = MPI_GROUP_NULL;
+    MPI_Group kept = MPI_GROUP_NULL;
+    MPI_Comm part = MPI_COMM_NULL;
+    int rc = MPI_Comm_group(*splits, &all);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Group_incl(all, static_cast<int>(keep.size()), keep.data(), &kept);
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(*splits, kept, kShrinkTag, &part);
+    if (kept != MPI_GROUP_NULL) MPI_Group_free(&kept);
+    if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+    if (rc != MPI_SUCCESS) return internal::MpiError("MPI_Comm_create_group", rc);
     auto made = CreateMpiCommunicator(part, options);
     MPI_Comm_free(&part);
-    if (!made.ok()) return made.status();
-    return std::optional<Communicator>(std::move(made).value());
+    return made;
   });
   return Communicator(std::move(state));
 }

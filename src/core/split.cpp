@@ -1,19 +1,25 @@
-// Communicator::Split: the ranks that pass one color become a new communicator.
+// Communicator::Split: the ranks that pass one color become a new communicator; and
+// Communicator::Shrink: the ranks not excluded do.
 //
+// Split:
 //   1. An all-gather on this communicator gives every rank every rank's color and key, so each
-//      knows its new group, its rank in it (by key, then by old rank) and its size.
+//      knows its new group, its rank in it (by key, then by old rank) and its size. Its call
+//      index, the same on every rank, numbers the split.
 //   2. Each group meets as Communicator::Create does, through the store this communicator met
-//      through, under a name of its own: this communicator's, the split's number (the same on
-//      every rank, since every rank makes every split) and the color. MPI ranks split their
-//      MPI communicator instead.
-//   3. An all-reduce on this communicator tells every rank whether every group was made, so
-//      that all return alike; it also keeps rank 0's store server (when it hosts one) in this
-//      call until the last group has met.
+//      through, under a name of its own: this communicator's, the split's number and the color.
+//   3. A second all-gather tells every rank that every group was made; it also keeps rank 0's
+//      store server (when it hosts one) in this call until the last group has met.
+// Both all-gathers carry a mark and their step, so that a rank in another call of the same
+// shape (a user's all-gather of four int64) is caught, as any mismatch, instead of trading
+// data with the split. A failure after the first is the communicator's, on every rank.
+// MPI ranks split their MPI communicator instead (CreateMpiCommunicator's hook).
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/hash.h"
 #include "core/comm_state.h"
 
 namespace chorus {
@@ -22,49 +28,80 @@ using internal::Clock;
 using internal::Deadline;
 using internal::Remaining;
 
-Result<std::optional<Communicator>> Communicator::Split(int color, int key,
-                                                        const CallOptions& options) {
-  internal::CommState& state = *state_;
-  const uint64_t number = state.NextSplit();
-  const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
-  const Deadline deadline = internal::DeadlineAfter(timeout);
-  if (color < kNoColor) {
-    const std::string reason = "split's color (" + std::to_string(color) +
-                               ") must be >= 0, or Communicator::kNoColor (-1) for no group";
-    Status rejected = state.RejectCall(CollectiveKind::kAllGather, reason);
-    if (rejected.code() != StatusCode::kInvalidArgument) return rejected;
-    return InvalidArgument("split: color (" + std::to_string(color) +
-                           ") must be >= 0, or Communicator::kNoColor (-1) for no group");
-  }
-  const int n = size();
-  const int me = rank();
-  const std::vector<int64_t> mine = {color, key};
-  std::vector<int64_t> all(2 * static_cast<size_t>(n));
-  if (Status s = AllGather(std::span<const int64_t>(mine), std::span<int64_t>(all),
-                           {.timeout = timeout});
+namespace {
+
+constexpr int64_t kSplitMark = 0x63686f7275735370;  // "chorusSp"
+constexpr int kWords = 4;                            // per rank: mark, step, two values
+
+// `a` + `b`, or the largest duration where that overflows (a timeout of "never").
+std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b) {
+  return a > std::chrono::milliseconds::max() - b ? std::chrono::milliseconds::max() : a + b;
+}
+
+// One of the split's all-gathers: this rank's step and values in, every rank's out. A rank in
+// another call fails the group.
+Status SplitGather(Communicator& comm, internal::CommState& state, int64_t step, int64_t a,
+                   int64_t b, std::chrono::milliseconds timeout, std::vector<int64_t>* all) {
+  const int64_t mine[kWords] = {kSplitMark, step, a, b};
+  all->assign(static_cast<size_t>(kWords) * static_cast<size_t>(comm.size()), 0);
+  if (Status s = comm.AllGather(std::span<const int64_t>(mine), std::span<int64_t>(*all),
+                                {.timeout = timeout});
       !s.ok()) {
     return Status(s.code(), "split: " + s.message());
   }
+  for (int r = 0; r < comm.size(); ++r) {
+    const int64_t* theirs = all->data() + static_cast<size_t>(kWords) * static_cast<size_t>(r);
+    if (theirs[0] != kSplitMark || theirs[1] != step) {
+      Status s = FailedPrecondition(
+          "split: the ranks disagree on the call: rank " + std::to_string(comm.rank()) +
+          " is in step " + std::to_string(step + 1) + " of a split, rank " + std::to_string(r) +
+          " in another all-gather of " + std::to_string(kWords) + " int64 per rank");
+      state.Fail(s);
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::optional<Communicator>> Communicator::Split(int color, int key,
+                                                        const CallOptions& options) {
+  internal::CommState& state = *state_;
+  if (state.split()) {
+    auto split = state.split()(color, key);
+    if (!split.ok() && split.status().code() != StatusCode::kInvalidArgument) {
+      state.Fail(split.status());
+    }
+    return split;
+  }
+  const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
+  const Deadline deadline = internal::DeadlineAfter(timeout);
+  if (color < kNoColor) {
+    const std::string reason = "split: color (" + std::to_string(color) +
+                               ") must be >= 0, or Communicator::kNoColor (-1) for no group";
+    Status rejected = state.RejectCall(CollectiveKind::kAllGather, reason);
+    if (rejected.code() != StatusCode::kInvalidArgument) {
+      return Status(rejected.code(), "split: " + rejected.message());
+    }
+    return InvalidArgument(reason);
+  }
+  const int n = size();
+  const int me = rank();
+  const uint64_t number = state.next_call();
+  std::vector<int64_t> all;
+  CHORUS_RETURN_IF_ERROR(SplitGather(*this, state, 0, color, key, timeout, &all));
 
   // The new group: ranks of this color by key, then by rank here.
   std::vector<std::pair<int64_t, int>> members;
   for (int r = 0; r < n; ++r) {
-    if (all[2 * static_cast<size_t>(r)] == color) {
-      members.emplace_back(all[2 * static_cast<size_t>(r) + 1], r);
-    }
+    const size_t at = static_cast<size_t>(kWords) * static_cast<size_t>(r);
+    if (all[at + 2] == color) members.emplace_back(all[at + 3], r);
   }
   std::sort(members.begin(), members.end());
 
   std::optional<Communicator> made;
-  Status mine_status;
-  if (state.split()) {
-    auto split = state.split()(color, key);
-    if (split.ok()) {
-      made = std::move(split).value();
-    } else {
-      mine_status = split.status();
-    }
-  } else if (color != kNoColor) {
+  if (color != kNoColor) {
     CommOptions o = state.options();
     o.rank = static_cast<int>(
         std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == me; }) -
@@ -76,30 +113,96 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
     o.secret = state.secret();
     o.name += "#" + std::to_string(number) + "." + std::to_string(color);
     auto created = internal::CreateUntil(o, deadline);
-    if (created.ok()) {
-      created->state_->KeepStore(state.store(), state.secret(), state.store_server());
-      made = std::move(created).value();
-    } else {
-      mine_status = created.status();
+    if (!created.ok()) {
+      // The split failed: so does this communicator, on every rank (their closing all-gather
+      // ends at once), since the code alone must say whether it is usable.
+      Status s(created.status().code(),
+               "split: rank " + std::to_string(me) + " could not make its communicator of color " +
+                   std::to_string(color) + ": " + created.status().message());
+      state.Fail(s);
+      return s;
     }
+    created->state_->KeepStore(state.store(), state.secret(), state.store_server());
+    made = std::move(created).value();
   }
 
-  // Whether every rank has its group. A rank whose group failed to meet returns at once, while
-  // the rest of its group waits for it to the deadline: the closing call waits as long again.
-  const int32_t failed_mine = mine_status.ok() ? 0 : me + 1;
-  int32_t failed = 0;
-  const auto agree_timeout = Remaining(deadline) + timeout;
-  if (Status s = AllReduce(std::span<const int32_t>(&failed_mine, 1), std::span<int32_t>(&failed, 1),
-                           ReduceOp::kMax, {.timeout = agree_timeout});
-      !s.ok()) {
-    return Status(s.code(), "split: " + s.message());
+  // Every group was made. Ranks started the split at different times, and a rank whose group
+  // took its whole timeout to meet may come late: the closing call waits as long again.
+  CHORUS_RETURN_IF_ERROR(
+      SplitGather(*this, state, 1, 0, 0, SaturatingAdd(Remaining(deadline), timeout), &all));
+  return made;
+}
+
+// Shrink: the ranks kept meet as Create does, under this communicator's name, "~shrink", a
+// digest of the excluded ranks and how many shrinks with that list this rank made before: the
+// same on every rank kept, since each makes every shrink with that list. No call on this
+// communicator: it may have failed.
+Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const CallOptions& options) {
+  internal::CommState& state = *state_;
+  const int n = size();
+  const int me = rank();
+  std::vector<bool> out(static_cast<size_t>(n));
+  for (const int r : exclude) {
+    if (r < 0 || r >= n) {
+      return InvalidArgument("shrink: exclude holds " + std::to_string(r) + ", not a rank in [0, " +
+                             std::to_string(n) + ")");
+    }
+    if (out[static_cast<size_t>(r)]) {
+      return InvalidArgument("shrink: exclude holds rank " + std::to_string(r) + " twice");
+    }
+    out[static_cast<size_t>(r)] = true;
   }
-  if (!mine_status.ok()) return Status(mine_status.code(), "split: " + mine_status.message());
-  if (failed != 0) {
-    return FailedPrecondition("split: rank " + std::to_string(failed - 1) +
-                              " could not make its new communicator (its own error says why); "
-                              "this one is still usable");
+  if (out[static_cast<size_t>(me)]) {
+    return InvalidArgument("shrink: exclude holds this rank (" + std::to_string(me) +
+                           "): an excluded rank does not call Shrink");
   }
+  std::vector<int> keep;
+  std::string excluded;  // the sorted list
+  for (int r = 0; r < n; ++r) {
+    if (!out[static_cast<size_t>(r)]) {
+      keep.push_back(r);
+    } else {
+      excluded += (excluded.empty() ? "" : ",") + std::to_string(r);
+    }
+  }
+  // A shrink that fails (other than for its arguments) fails this communicator too, if it had
+  // not failed already: the code alone says whether a communicator is usable.
+  const auto failed = [&](const Status& cause) {
+    Status s(cause.code(), "shrink: " + cause.message());
+    if (s.code() != StatusCode::kInvalidArgument) state.Fail(s);
+    return s;
+  };
+  if (state.shrink()) {
+    auto made = state.shrink()(keep);
+    if (!made.ok()) return failed(made.status());
+    return made;
+  }
+  // Refused calls take no number: a rank that retries with a good list stays in step.
+  const uint64_t digest = internal::Fnv1a(excluded);
+  char name[40];
+  std::snprintf(name, sizeof(name), "~shrink-%016llx.%llu", static_cast<unsigned long long>(digest),
+                static_cast<unsigned long long>(state.NextShrink(digest)));
+  CommOptions o = state.options();
+  o.rank = static_cast<int>(std::find(keep.begin(), keep.end(), me) - keep.begin());
+  o.size = static_cast<int>(keep.size());
+  o.store = state.store();
+  o.store_url.clear();
+  o.host_store = false;
+  o.secret = state.secret();
+  o.name += name;
+  const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
+  auto made = internal::CreateUntil(o, internal::DeadlineAfter(timeout));
+  if (!made.ok()) {
+    // Ranks that pass different lists meet apart, and each waits for the ranks of its own.
+    return failed(Status(made.status().code(),
+                         made.status().message() +
+                             (made.status().code() == StatusCode::kDeadlineExceeded
+                                  ? " (ranks of the new communicator, leaving out " +
+                                        (excluded.empty() ? std::string("none") : excluded) +
+                                        ": do they all pass the same ranks to exclude?)"
+                                  : "")));
+  }
+  made->state_->KeepStore(state.store(), state.secret(), state.store_server());
   return made;
 }
 

@@ -194,6 +194,29 @@ TEST(MpiCreate, SplitMakesGroupsThroughMpi) {
   for (int32_t q : all) EXPECT_EQ(q % 2, r % 2);
 }
 
+// Communicator::Shrink over MPI (MPI_Comm_create_group underneath): every rank but the last
+// makes a communicator without it, while the last goes on alone; the old one stays usable.
+TEST(MpiCreate, ShrinkLeavesOutTheLastRank) {
+  const int p = WorldSize();
+  Communicator world = MustCreate(MPI_COMM_WORLD);
+  const int r = world.rank();
+  const int exclude[] = {p - 1};
+  EXPECT_EQ(world.Shrink(std::span<const int>(&r, 1)).status().code(),
+            StatusCode::kInvalidArgument);
+  if (r != p - 1) {
+    auto rest = world.Shrink(exclude);
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    EXPECT_EQ(rest->size(), p - 1);
+    EXPECT_EQ(rest->rank(), r);
+    int32_t sum = r;
+    ASSERT_TRUE(rest->AllReduce(std::span<int32_t>(&sum, 1), ReduceOp::kSum).ok());
+    EXPECT_EQ(sum, (p - 1) * (p - 2) / 2);
+  }
+  int32_t sum = 1;
+  ASSERT_TRUE(world.AllReduce(std::span<int32_t>(&sum, 1), ReduceOp::kSum).ok());
+  EXPECT_EQ(sum, p);
+}
+
 TEST(MpiCreate, CommunicatorsOverOneMpiCommunicatorStayApart) {
   // Interleaved calls on two communicators dup'd from the same MPI communicator: a message of
   // one must never be taken for the other's.

@@ -83,8 +83,6 @@ class MpiTransport final : public ControlledTransport {
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
 
-  // The transport's own duplicate of the communicator it was made over.
-  MPI_Comm comm() const { return comm_; }
   size_t slot_bytes() const override { return slot_bytes_; }
   bool zero_copy() const override { return false; }
   int ranks_on_host() const override { return ranks_on_host_; }
