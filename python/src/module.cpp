@@ -578,6 +578,35 @@ class PyComm {
     if (!*made) return nullptr;
     return std::make_unique<PyComm>(std::move(**made));
   }
+  // Communicator::Shrink. No peer takes part in this rank's checks, so a refusal raises here.
+  std::unique_ptr<PyComm> Shrink(const py::object& exclude, const py::object& timeout) {
+    Communicator& comm = Live();
+    Busy busy(this);
+    CallKw k{timeout, py::none(), py::none(), {}};
+    std::vector<int> ranks;
+    if (py::isinstance<py::str>(exclude) || !py::isinstance<py::iterable>(exclude)) {
+      k.bad = BadArgument("exclude must be a sequence of int ranks, not " +
+                          std::string(py::str(exclude)));
+    } else {
+      for (const py::handle item : exclude) {
+        ranks.push_back(static_cast<int>(k.Int(item, "exclude", "a sequence of int ranks")));
+      }
+    }
+    CallOptions options;
+    if (k.bad.ok() && !timeout.is_none()) {
+      std::chrono::milliseconds ms{0};
+      k.bad = ToMillis(timeout, "timeout", &ms);
+      options.timeout = ms;
+    }
+    if (!k.bad.ok()) RaiseCall(InvalidArgument("shrink: " + k.bad.message()));
+    Result<Communicator> made = Status::Ok();
+    {
+      CallWithoutGil nogil;
+      made = comm.Shrink(ranks, options);
+    }
+    if (!made.ok()) RaiseCall(made.status());
+    return std::make_unique<PyComm>(std::move(made).value());
+  }
   void Barrier(const CallKw& kw) {
     Call(CollectiveKind::kBarrier, kw, Status::Ok(),
          [&](Communicator& c, const CallOptions& o) { return c.Barrier(o); });
@@ -1105,6 +1134,12 @@ PYBIND11_MODULE(_chorus, m) {
            "color is None. Every rank calls it; split(0) duplicates. The new communicator is "
            "independent of this one (its own transport, calls and failures) and may outlive it. "
            "timeout: seconds, the whole split.")
+      .def("shrink", &PyComm::Shrink, py::arg("exclude"), py::kw_only(),
+           py::arg("timeout") = py::none(),
+           "A new communicator of this one's ranks but those in exclude (a sequence of ranks), in "
+           "the same order, as ncclCommShrink: for going on after ranks failed or left. Every "
+           "rank not excluded calls it with the same list; it makes no call on this communicator, "
+           "so it works on a failed one. timeout: seconds.")
       .def(
           "barrier",
           [](PyComm& c, const py::object& timeout) {

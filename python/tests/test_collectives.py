@@ -284,6 +284,31 @@ def test_split_makes_groups_by_color_and_key(run_group, p):
     assert run_group(p, body) == [sum(q for q in range(p) if q // 2 == r // 2) for r in range(p)]
 
 
+def test_shrink_goes_on_without_a_rank_that_left(run_group):
+    """shrink: rank 1 closes its communicator; the others' call fails, and they go on without
+    it in a communicator shrink makes from the failed one. Bad lists raise on the caller."""
+    def body(comm):
+        r = comm.rank
+        for bad, text in ((lambda: comm.shrink([r]), "this rank"),
+                          (lambda: comm.shrink([7]), "not a rank in [0, 4)"),
+                          (lambda: comm.shrink("1"), "exclude must be a sequence"),
+                          (lambda: comm.shrink([1.5]), "exclude must be a sequence of int")):
+            with pytest.raises(chorus.InvalidArgumentError) as e:
+                bad()
+            assert text in str(e.value) and e.value.usable, str(e.value)
+        if r == 1:
+            comm.close()
+            return None
+        with pytest.raises(chorus.UnavailableError) as e:
+            comm.all_reduce(np.ones(3))
+        assert not e.value.usable and "rank 1" in str(e.value)
+        rest = comm.shrink((1,))
+        assert (rest.size, rest.rank) == (3, [0, 2, 3].index(r))
+        return int(rest.all_reduce(np.array([r]))[0])
+
+    assert run_group(4, body) == [5, None, 5, 5]
+
+
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_sendrecv_shifts_around_the_ring(run_group, p):
     """sendrecv to rank + 1 from rank - 1: a made recv, a given one, source defaulting to dest,

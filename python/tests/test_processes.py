@@ -51,6 +51,10 @@ SCRIPT = textwrap.dedent("""
             comm.all_reduce(np.ones(4), timeout=20.0)
         except chorus.Error as e:
             print(f"rank {r} raised {type(e).__name__} usable={e.usable}: {e}", flush=True)
+            # The survivors go on without the dead rank.
+            rest = comm.shrink([int(os.environ["DIE_RANK"])])
+            total = rest.all_reduce(np.array([r], np.int64))[0]
+            print(f"rank {r} shrank to {rest.size} ranks, sum {total}", flush=True)
             sys.exit(0)
         print(f"rank {r}: no error", flush=True)
         sys.exit(1)
@@ -83,6 +87,7 @@ def test_a_rank_that_dies_is_reported_to_the_others(script):
         line = next((l for l in out.stdout.splitlines() if f"rank {r} raised" in l), None)
         assert line is not None, out.stdout + out.stderr
         assert "usable=False" in line and "rank 2" in line, line
+        assert f"rank {r} shrank to 2 ranks, sum 1" in out.stdout, out.stdout + out.stderr
 
 
 def test_mpirun_four_processes(script):
