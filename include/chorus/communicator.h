@@ -79,6 +79,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -359,14 +360,15 @@ class Communicator {
   // ranks meet through the store this communicator met through (CreateLocalGroup's ranks
   // through one of their own in this process), which must still be served for later splits: a
   // store that rank 0 serves (torchrun's MASTER_PORT) lives as long as a communicator of rank
-  // 0's made from it. It is collective over this communicator, as a call: two all-gathers on it,
-  // counted in its traffic; a rank in another call fails the group as any mismatch does.
-  // options.timeout bounds the new group's meeting, and the closing all-gather waits as long
-  // again for ranks that started late. A color below kNoColor returns kInvalidArgument on
-  // every rank, and all stay usable; any other failure (a peer's, or a rank that cannot make its
-  // new communicator, named) fails this communicator on every rank, as a call's would. MPI
-  // ranks split through MPI_Comm_split on a duplicate of their MPI communicator, every step an
-  // MPI collective that, as CreateMpiCommunicator, blocks until every rank has called it.
+  // 0's made from it. It is collective over this communicator, as a call: two all-gathers on
+  // it, counted in its traffic, which no call of the API can match (a rank in another call fails
+  // the group as any mismatch does). options.timeout bounds the new group's meeting; the
+  // closing all-gather waits as long again for ranks that started late. A color below kNoColor
+  // returns kInvalidArgument on every rank, and all stay usable; any other failure (a peer's,
+  // or a rank that cannot make its new communicator, named) fails this communicator on every
+  // rank, as a call's would. MPI ranks split by MPI_Comm_split on a duplicate of their MPI
+  // communicator: every step is an MPI collective, which, as CreateMpiCommunicator, blocks until
+  // every rank has called it (no deadline), and counts no traffic here.
   static constexpr int kNoColor = -1;
   Result<std::optional<Communicator>> Split(int color, int key, const CallOptions& options = {});
   // A new communicator of this one's ranks but those in `exclude`, in the same order
@@ -375,13 +377,20 @@ class Communicator {
   // call on this communicator, so it works on a failed one (a peer died, a deadline passed, an
   // Abort), which it leaves as it is: destroy it when done. Thread, shm and TCP ranks meet
   // through the store this communicator met through, which must still be served (chorus
-  // launch's is; torchrun's, served by rank 0, goes with rank 0); MPI ranks through
-  // MPI_Comm_create_group, where MPI survives the failure. The transport is picked afresh, as
-  // for Split. kInvalidArgument for a rank out of range or listed twice, or this rank listed
-  // (nothing changes); any other failure fails this communicator too, if it had not failed.
-  // After options.timeout, kDeadlineExceeded naming the ranks that did not join: ranks that
-  // pass different lists meet apart, and so time out.
+  // launch's is; torchrun's, served by rank 0, goes with rank 0). The transport is picked
+  // afresh, as for Split. kInvalidArgument for a rank out of range or listed twice, this rank
+  // listed, or a timeout that is not positive (nothing changes); any other failure fails this
+  // communicator too, if it had not failed. After options.timeout, kDeadlineExceeded naming the
+  // ranks that did not join: ranks that pass different lists meet apart, and so time out. A
+  // retry after a failed attempt meets afresh. MPI ranks shrink by MPI_Comm_create_group among
+  // the ranks kept, which has no deadline (ranks that disagree on the list make an erroneous MPI
+  // program) and needs an MPI that survived the failure; destroying the old communicator then
+  // waits up to its timeout for an excluded rank that is gone.
   Result<Communicator> Shrink(std::span<const int> exclude, const CallOptions& options = {});
+  Result<Communicator> Shrink(std::initializer_list<int> exclude,
+                              const CallOptions& options = {}) {
+    return Shrink(std::span<const int>(exclude.begin(), exclude.size()), options);
+  }
 
   // Fails this communicator and every rank of its group with kAborted; waiting calls return
   // promptly. Safe from any thread; idempotent.

@@ -35,6 +35,7 @@ std::string Describe(const CallTag& tag) {
     s += ReduceOpName(tag.op);
   }
   if (collective.rooted) s += ", root " + std::to_string(tag.root);
+  if (!collective.rooted && tag.root == static_cast<uint32_t>(kInternalRoot)) s += ", a split's";
   const auto algorithms = Algorithms();
   if (tag.algorithm < algorithms.size()) {
     s += ", ";

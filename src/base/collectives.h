@@ -78,12 +78,17 @@ struct CollectiveInfo {
 };
 
 // One call as the caller made it: what every layer below the API works from.
+// The root a collective that is not rooted carries in its tag when chorus runs it for itself
+// (Communicator::Split's all-gathers): no call of the API can carry it, so a rank in a user's
+// call of the same shape fails the tag check on both sides, as any mismatch.
+inline constexpr int kInternalRoot = -2;
+
 struct CallArgs {
   CollectiveKind kind = CollectiveKind::kAllReduce;
   ConstBuffer send;
   MutableBuffer recv;
   ReduceOp op = ReduceOp::kSum;  // used when the collective reduces
-  int root = 0;                  // used when it is rooted
+  int root = 0;  // used when it is rooted; else 0, or kInternalRoot (above)
   // Used when it is varied: the block lengths of a send or recv of p blocks (p entries).
   std::span<const size_t> send_counts;
   std::span<const size_t> recv_counts;

@@ -6,7 +6,6 @@
 #include <array>
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,9 +50,6 @@ class alignas(64) CommState {
   const std::string& secret() const { return secret_; }
   const std::shared_ptr<TcpStoreServer>& store_server() const { return store_server_; }
   const CommOptions& options() const { return options_; }
-  // Shrink's number for its next call with the excluded ranks whose digest is `list`, the same
-  // on every rank that calls it: the shrinks with that list made before it.
-  uint64_t NextShrink(uint64_t list) { return shrinks_[list]++; }
   // How Split runs where ranks met through no store (MPI: by MPI_Comm_split). Called on every
   // rank, with its color and key as given, in place of the store's way, and does it all: the
   // checks, the agreement and the new communicator.
@@ -76,7 +72,8 @@ class alignas(64) CommState {
   void WakeAwaitMessage();
   Status RejectCall(CollectiveKind kind, const std::string& reason);
   void Abort();
-  // Fails this communicator on every rank with `status` (sticky here, and the group's failure).
+  // Fails this communicator on every rank with `status` (sticky here, and the group's failure),
+  // unless it has failed already.
   void Fail(const Status& status);
   Status health() const;
   // The index the next call will have: the same on every rank, call for call.
@@ -134,7 +131,6 @@ class alignas(64) CommState {
   std::shared_ptr<TcpStoreServer> store_server_;
   std::shared_ptr<Store> store_;
   std::string secret_;
-  std::map<uint64_t, uint64_t> shrinks_;
   SplitFn split_;
   ShrinkFn shrink_;
   std::unique_ptr<Transport> transport_;
@@ -166,6 +162,9 @@ class alignas(64) CommState {
 };
 
 // Communicator::Create, with its deadline given: Split's communicators meet within the split's.
-Result<Communicator> CreateUntil(const CommOptions& options, Deadline deadline);
+// `timeout` is the one its messages name (the call's, where options.timeout is the new
+// communicator's default for its calls).
+Result<Communicator> CreateUntil(const CommOptions& options, Deadline deadline,
+                                 std::chrono::milliseconds timeout);
 
 }  // namespace chorus::internal

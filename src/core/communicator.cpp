@@ -114,7 +114,8 @@ void CommState::Quiesce(uint64_t call) {
 }
 
 void CommState::Fail(const Status& status) {
-  if (sticky_.ok()) sticky_ = status;
+  if (!health().ok()) return;  // an earlier failure stays the cause
+  sticky_ = status;
   transport_->Fail(status);
 }
 
@@ -269,7 +270,9 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
                     send.dtype,
                     collective.reduces ? args.op : ReduceOp::kSum,
                     static_cast<uint8_t>(*algorithm - Algorithms().data()),
-                    collective.rooted ? static_cast<uint32_t>(args.root) : 0u,
+                    collective.rooted || args.root == kInternalRoot
+                        ? static_cast<uint32_t>(args.root)
+                        : 0u,
                     shared ? CountsDigest(args.send_counts.empty() ? args.recv_counts
                                                                    : args.send_counts)
                            : 0u};

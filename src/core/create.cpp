@@ -266,10 +266,18 @@ std::string_view TransportKindName(TransportKind kind) {
 }
 
 Result<Communicator> Communicator::Create(const CommOptions& options) {
-  return internal::CreateUntil(options, internal::DeadlineAfter(options.timeout));
+  CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
+  // '#' and '~' name the communicators Split and Shrink make (core/split.cpp).
+  if (options.name.find_first_of("#~") != std::string::npos) {
+    return InvalidArgument("Create: options.name (\"" + options.name +
+                           "\") must contain no '#' or '~': those name Split's and Shrink's "
+                           "communicators");
+  }
+  return internal::CreateUntil(options, internal::DeadlineAfter(options.timeout), options.timeout);
 }
 
-Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline deadline) {
+Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline deadline,
+                                           std::chrono::milliseconds timeout) {
   CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
   if (options.transport == TransportKind::kMpi) {
     return InvalidArgument(
@@ -323,7 +331,7 @@ Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline 
                                 .store_address = store->address(),
                                 .me = {},
                                 .deadline = deadline,
-                                .timeout = options.timeout};
+                                .timeout = timeout};
   request.me.token = internal::NewToken();
   request.me.host = options.host_id.empty() ? HostId() : options.host_id;
   request.me.pid = getpid();

@@ -151,6 +151,8 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   if (const int rc = MPI_Comm_dup(comm, &own); rc != MPI_SUCCESS) {
     return internal::MpiError("CreateMpiCommunicator: MPI_Comm_dup", rc);
   }
+  // Errors come back as codes, as on the transport's duplicate, rather than end the job.
+  MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN);
   const std::shared_ptr<MPI_Comm> splits(new MPI_Comm(own), [](MPI_Comm* c) {
     int done = 0;
     MPI_Finalized(&done);

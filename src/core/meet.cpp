@@ -82,6 +82,9 @@ class Meeter {
       auto done = Has(store_, Key(round, "done"));
       if (!done.ok()) return done.status();
       if (*done) continue;
+      auto dead = Has(store_, Key(round, "withdrawn"));
+      if (!dead.ok()) return dead.status();
+      if (*dead) continue;
       auto seat = store_.Add(Key(round, "claims", r_.rank), 1);
       if (!seat.ok()) return seat.status();
       if (*seat == 1) {
@@ -145,11 +148,13 @@ class Meeter {
     return FailedPrecondition("Create: " + what);
   }
 
-  // This rank gives up its seat: the round is dead for everyone who looks at it later.
+  // This rank gives up its seat: the round is dead for everyone who looks at it later, and for
+  // those waiting in it, who read its record when it came and look for this mark instead.
   void Withdraw(int64_t round) {
     MemberRecord gone = r_.me;
     gone.expires_ms = 0;
     store_.Set(Key(round, "join", r_.rank), gone.Encode()).IgnoreError();  // best effort
+    store_.Set(Key(round, "withdrawn"), std::to_string(r_.rank)).IgnoreError();
   }
 
   void MarkClash(int64_t round, const std::string& why) {
@@ -174,8 +179,11 @@ class Meeter {
                                   "\" on store " + r_.store_address +
                                   " failed: " + (why.ok() ? *why : std::string("a clash")));
       }
-      bool dead = false;
-      for (int k = 0; k < r_.size; ++k) {
+      // A member that gave up after its record came (its deadline passed) marked the round.
+      auto withdrawn = Has(store_, Key(round, "withdrawn"));
+      if (!withdrawn.ok()) return withdrawn.status();
+      bool dead = *withdrawn;
+      for (int k = 0; k < r_.size && !dead; ++k) {
         auto& record = seen[static_cast<size_t>(k)];
         if (!record) {
           auto present = Has(store_, keys[static_cast<size_t>(k)]);

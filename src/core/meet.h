@@ -9,7 +9,8 @@
 //   - a round whose seats are all taken and whose records are all written is a meeting that
 //     happened (an earlier communicator of this job, or of an earlier job on a lasting file
 //     store): go on to the next;
-//   - a round with a record past its deadline, or marked clashed, is dead: go on;
+//   - a round with a record past its deadline, or marked clashed or withdrawn (n/withdrawn: a
+//     rank that waited in it gave up), is dead: go on;
 //   - a round whose seat for this rank is held by a live record is a clash: another process
 //     is joining as this rank right now (two jobs on one store and name, or two processes given
 //     one rank). It fails at once, and marks the round clashed (n/clash) so that every rank

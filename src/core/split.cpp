@@ -9,9 +9,9 @@
 //      through, under a name of its own: this communicator's, the split's number and the color.
 //   3. A second all-gather tells every rank that every group was made; it also keeps rank 0's
 //      store server (when it hosts one) in this call until the last group has met.
-// Both all-gathers carry a mark and their step, so that a rank in another call of the same
-// shape (a user's all-gather of four int64) is caught, as any mismatch, instead of trading
-// data with the split. A failure after the first is the communicator's, on every rank.
+// Both all-gathers carry a tag no call of the API can (base/collectives.h, kInternalRoot), so a
+// rank in a user's all-gather of the same shape fails the call on both sides, as any mismatch;
+// and a mark and their step. A failure after the first is the communicator's, on every rank.
 // MPI ranks split their MPI communicator instead (CreateMpiCommunicator's hook).
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/collectives.h"
 #include "base/hash.h"
 #include "core/comm_state.h"
 
@@ -44,9 +45,14 @@ Status SplitGather(Communicator& comm, internal::CommState& state, int64_t step,
                    int64_t b, std::chrono::milliseconds timeout, std::vector<int64_t>* all) {
   const int64_t mine[kWords] = {kSplitMark, step, a, b};
   all->assign(static_cast<size_t>(kWords) * static_cast<size_t>(comm.size()), 0);
-  if (Status s = comm.AllGather(std::span<const int64_t>(mine), std::span<int64_t>(*all),
-                                {.timeout = timeout});
-      !s.ok()) {
+  const internal::CallArgs call{CollectiveKind::kAllGather,
+                      MakeBuffer(std::span<const int64_t>(mine)),
+                      MakeBuffer(std::span<int64_t>(*all)),
+                      ReduceOp::kSum,
+                      internal::kInternalRoot,
+                      {},
+                      {}};
+  if (Status s = state.Run(call, {.timeout = timeout}); !s.ok()) {
     return Status(s.code(), "split: " + s.message());
   }
   for (int r = 0; r < comm.size(); ++r) {
@@ -112,7 +118,7 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
     o.host_store = false;
     o.secret = state.secret();
     o.name += "#" + std::to_string(number) + "." + std::to_string(color);
-    auto created = internal::CreateUntil(o, deadline);
+    auto created = internal::CreateUntil(o, deadline, timeout);
     if (!created.ok()) {
       // The split failed: so does this communicator, on every rank (their closing all-gather
       // ends at once), since the code alone must say whether it is usable.
@@ -133,10 +139,10 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
   return made;
 }
 
-// Shrink: the ranks kept meet as Create does, under this communicator's name, "~shrink", a
-// digest of the excluded ranks and how many shrinks with that list this rank made before: the
-// same on every rank kept, since each makes every shrink with that list. No call on this
-// communicator: it may have failed.
+// Shrink: the ranks kept meet as Create does, under this communicator's name, "~shrink" and a
+// digest of the excluded ranks. Every attempt uses that name: the store's meeting runs each in
+// a round of its own (core/meet.h), so a retry after a failed attempt, or a second shrink with
+// the same list, meets afresh. No call on this communicator: it may have failed.
 Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const CallOptions& options) {
   internal::CommState& state = *state_;
   const int n = size();
@@ -155,6 +161,11 @@ Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const Ca
   if (out[static_cast<size_t>(me)]) {
     return InvalidArgument("shrink: exclude holds this rank (" + std::to_string(me) +
                            "): an excluded rank does not call Shrink");
+  }
+  const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
+  if (timeout <= std::chrono::milliseconds(0)) {
+    return InvalidArgument("shrink: options.timeout (" + std::to_string(timeout.count()) +
+                           " ms) must be positive");
   }
   std::vector<int> keep;
   std::string excluded;  // the sorted list
@@ -177,11 +188,9 @@ Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const Ca
     if (!made.ok()) return failed(made.status());
     return made;
   }
-  // Refused calls take no number: a rank that retries with a good list stays in step.
-  const uint64_t digest = internal::Fnv1a(excluded);
-  char name[40];
-  std::snprintf(name, sizeof(name), "~shrink-%016llx.%llu", static_cast<unsigned long long>(digest),
-                static_cast<unsigned long long>(state.NextShrink(digest)));
+  char name[32];
+  std::snprintf(name, sizeof(name), "~shrink-%016llx",
+                static_cast<unsigned long long>(internal::Fnv1a(excluded)));
   CommOptions o = state.options();
   o.rank = static_cast<int>(std::find(keep.begin(), keep.end(), me) - keep.begin());
   o.size = static_cast<int>(keep.size());
@@ -190,8 +199,7 @@ Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const Ca
   o.host_store = false;
   o.secret = state.secret();
   o.name += name;
-  const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
-  auto made = internal::CreateUntil(o, internal::DeadlineAfter(timeout));
+  auto made = internal::CreateUntil(o, internal::DeadlineAfter(timeout), timeout);
   if (!made.ok()) {
     // Ranks that pass different lists meet apart, and each waits for the ranks of its own.
     return failed(Status(made.status().code(),
