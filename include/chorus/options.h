@@ -113,7 +113,8 @@ struct CommOptions {
   std::string store_url;
   // Rank 0 serves `store_url` itself (a TcpStoreServer on its port), as torchrun's MASTER_PORT.
   bool host_store = false;
-  // Communicators of one job that meet through the same store need distinct names.
+  // Communicators of one job that meet through the same store need distinct names. No '/',
+  // and for Create no '#' or '~' either: those name the communicators Split and Shrink make.
   std::string name = "world";
   // The job the ranks belong to: ranks of different jobs never meet, even on one store with one
   // name. Empty: jobs are told apart by their timing only, and two that start together on one

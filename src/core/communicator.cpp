@@ -114,8 +114,8 @@ void CommState::Quiesce(uint64_t call) {
 }
 
 void CommState::Fail(const Status& status) {
-  if (!health().ok()) return;  // an earlier failure stays the cause
-  sticky_ = status;
+  // An earlier failure stays the cause (the transport keeps its first failure too).
+  if (sticky_.ok() && !transport_->failed()) sticky_ = status;
   transport_->Fail(status);
 }
 

@@ -84,7 +84,16 @@ class Meeter {
       if (*done) continue;
       auto dead = Has(store_, Key(round, "withdrawn"));
       if (!dead.ok()) return dead.status();
-      if (*dead) continue;
+      if (*dead) {
+        // A disagreement marks the round clashed, then withdrawn: keep its reason if the first
+        // look came before it.
+        auto late = Has(store_, Key(round, "clash"));
+        if (late.ok() && *late) {
+          auto why = store_.Get(Key(round, "clash"), Remaining(r_.deadline));
+          if (why.ok()) earlier_clash_ = *why;
+        }
+        continue;
+      }
       auto seat = store_.Add(Key(round, "claims", r_.rank), 1);
       if (!seat.ok()) return seat.status();
       if (*seat == 1) {
@@ -179,10 +188,15 @@ class Meeter {
                                   "\" on store " + r_.store_address +
                                   " failed: " + (why.ok() ? *why : std::string("a clash")));
       }
-      // A member that gave up after its record came (its deadline passed) marked the round.
-      auto withdrawn = Has(store_, Key(round, "withdrawn"));
-      if (!withdrawn.ok()) return withdrawn.status();
-      bool dead = *withdrawn;
+      // Every record has come: before meeting, see that no member gave up since its record was
+      // read (records are read once; one that gave up marked the round). Looked at only then,
+      // since a look for a key that is absent costs the TCP store a connection.
+      bool dead = false;
+      if (all.ok()) {
+        auto withdrawn = Has(store_, Key(round, "withdrawn"));
+        if (!withdrawn.ok()) return withdrawn.status();
+        dead = *withdrawn;
+      }
       for (int k = 0; k < r_.size && !dead; ++k) {
         auto& record = seen[static_cast<size_t>(k)];
         if (!record) {
@@ -218,7 +232,9 @@ class Meeter {
       if (all.ok()) {
         Meeting m{round, {}};
         for (auto& record : seen) m.members.push_back(std::move(*record));
-        if (r_.rank == 0) CHORUS_RETURN_IF_ERROR(store_.Set(Key(round, "done"), "1"));
+        // A hint that lets later meetings skip this round (Taken would find it complete anyway):
+        // failing to write it must not withdraw rank 0 from a round the others met in.
+        if (r_.rank == 0) store_.Set(Key(round, "done"), "1").IgnoreError();
         *met = std::move(m);
         return Status::Ok();
       }
