@@ -180,24 +180,19 @@ class Meeter {
       const auto slice = std::min<std::chrono::milliseconds>(kPollEvery, Remaining(r_.deadline));
       const Status all = store_.Wait(keys, slice);
       if (!all.ok() && all.code() != StatusCode::kDeadlineExceeded) return all;
-      auto clash = Has(store_, Key(round, "clash"));
-      if (!clash.ok()) return clash.status();
-      if (*clash) {
+      // A round marked clashed fails every rank waiting in it, with the reason.
+      const auto clashed = [&]() -> Result<bool> {
+        auto clash = Has(store_, Key(round, "clash"));
+        if (!clash.ok()) return clash.status();
+        if (!*clash) return false;
         auto why = store_.Get(Key(round, "clash"), Remaining(r_.deadline));
         return FailedPrecondition("Create: the meeting of communicator \"" + r_.name +
                                   "\" on store " + r_.store_address +
                                   " failed: " + (why.ok() ? *why : std::string("a clash")));
-      }
-      // Every record has come: before meeting, see that no member gave up since its record was
-      // read (records are read once; one that gave up marked the round). Looked at only then,
-      // since a look for a key that is absent costs the TCP store a connection.
+      };
+      if (auto clash = clashed(); !clash.ok() || *clash) return clash.status();
       bool dead = false;
-      if (all.ok()) {
-        auto withdrawn = Has(store_, Key(round, "withdrawn"));
-        if (!withdrawn.ok()) return withdrawn.status();
-        dead = *withdrawn;
-      }
-      for (int k = 0; k < r_.size && !dead; ++k) {
+      for (int k = 0; k < r_.size; ++k) {
         auto& record = seen[static_cast<size_t>(k)];
         if (!record) {
           auto present = Has(store_, keys[static_cast<size_t>(k)]);
@@ -227,6 +222,19 @@ class Meeter {
                                      std::to_string(r_.rank) + " has " + r_.me.settings);
         }
         dead = dead || Expired(*record, r_.me.host);
+      }
+      // Every record has come and agrees: before meeting, see that no member gave up since its
+      // record was read (records are read once; one that gave up marked the round). Looked at
+      // only then, since a look for a key that is absent costs the TCP store a connection. A
+      // member that found a disagreement marked the round clashed before it withdrew: its
+      // reason, not a later round's deadline, is the answer.
+      if (!dead && all.ok()) {
+        auto withdrawn = Has(store_, Key(round, "withdrawn"));
+        if (!withdrawn.ok()) return withdrawn.status();
+        if (*withdrawn) {
+          if (auto clash = clashed(); !clash.ok() || *clash) return clash.status();
+          dead = true;
+        }
       }
       if (dead) return Status::Ok();  // a member gave up: meet again in a later round
       if (all.ok()) {
