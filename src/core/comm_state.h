@@ -36,6 +36,7 @@ class alignas(64) CommState {
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
+  bool IsRank(int peer) const { return peer >= 0 && peer < size(); }
   TransportKind transport() const { return kind_; }
   // The store the ranks met through (unscoped), the job's secret and the store server this
   // rank hosts, if any: kept for Split, whose communicators meet through the same store, and
@@ -161,10 +162,15 @@ class alignas(64) CommState {
   unsigned next_plan_ = 0;
 };
 
+// Split's refusal of a color below kNoColor (core/split.cpp; the MPI split says the same).
+std::string BadSplitColor(int color);
+
 // Communicator::Create, with its deadline given: Split's communicators meet within the split's.
 // `timeout` is the one its messages name (the call's, where options.timeout is the new
-// communicator's default for its calls).
+// communicator's default for its calls). `server`: a store server the new communicator keeps
+// alive, as its parent does (when it serves none of its own).
 Result<Communicator> CreateUntil(const CommOptions& options, Deadline deadline,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout,
+                                 std::shared_ptr<TcpStoreServer> server = nullptr);
 
 }  // namespace chorus::internal

@@ -295,7 +295,7 @@ Status CommState::Prepare(const CallArgs& args, const CallOptions& options, uint
 }
 
 Status CommState::CheckPeer(const char* op, const char* name, int peer) const {
-  if (peer >= 0 && peer < size()) return Status::Ok();
+  if (IsRank(peer)) return Status::Ok();
   return InvalidArgument(std::string(op) + ": " + name + " (" + std::to_string(peer) +
                          ") is not a rank in [0, " + std::to_string(size()) + ")");
 }
@@ -349,11 +349,7 @@ Status CommState::Exchange(const char* op, const ConstBuffer* send, int to,
     CHORUS_RETURN_IF_ERROR(
         ValidateBuffer(op, both ? "recv" : "data", recv->data, recv->count, recv->dtype));
   }
-  if (both && send->count > 0 && recv->count > 0 &&
-      static_cast<const std::byte*>(send->data) <
-          static_cast<const std::byte*>(recv->data) + recv->bytes() &&
-      static_cast<const std::byte*>(recv->data) <
-          static_cast<const std::byte*>(send->data) + send->bytes()) {
+  if (both && Overlap(send->data, send->bytes(), recv->data, recv->bytes())) {
     return InvalidArgument(std::string(op) +
                            ": send and recv overlap (a message moves out of send while another "
                            "moves into recv)");
@@ -372,14 +368,13 @@ Status CommState::Exchange(const char* op, const ConstBuffer* send, int to,
 }
 
 bool CommState::Probe(int peer) {
-  if (peer < 0 || peer >= size() || !sticky_.ok()) return true;  // its Recv fails at once
+  if (!IsRank(peer) || !sticky_.ok()) return true;  // its Recv fails at once
   return p2p_.Settled(peer);
 }
 
 bool CommState::AwaitMessage(std::span<const int> peers, std::chrono::milliseconds timeout) {
-  if (!sticky_.ok()) return true;
-  for (int peer : peers) {
-    if (peer < 0 || peer >= size()) return true;
+  if (!sticky_.ok() || !std::all_of(peers.begin(), peers.end(), [&](int p) { return IsRank(p); })) {
+    return true;
   }
   const std::chrono::milliseconds longest = std::chrono::hours(24 * 365);
   const bool arrived =

@@ -277,7 +277,8 @@ Result<Communicator> Communicator::Create(const CommOptions& options) {
 }
 
 Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline deadline,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout,
+                                           std::shared_ptr<TcpStoreServer> kept_server) {
   CHORUS_RETURN_IF_ERROR(ValidateCreate(options));
   if (options.transport == TransportKind::kMpi) {
     return InvalidArgument(
@@ -433,7 +434,9 @@ Result<Communicator> internal::CreateUntil(const CommOptions& options, Deadline 
   auto state = std::make_unique<internal::CommState>(std::move(transport).value(), kind, options,
                                                      tuning->For(kind), internal::JobCores(members),
                                                      internal::OwnCpu(members, options.rank));
-  state->KeepStore(std::move(store), std::move(secret), std::move(server));
+  state->KeepStore(
+      std::move(store), std::move(secret),
+      server ? std::shared_ptr<TcpStoreServer>(std::move(server)) : std::move(kept_server));
   return Communicator(std::move(state));
 }
 

@@ -165,7 +165,8 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
   // Communicator::Split, all in MPI calls that every rank makes whatever happens, as MPI needs
   // (an MPI collective cannot time out, so no rank may leave one out): the colors checked, the
   // groups made by MPI_Comm_split, a communicator of each, and whether every group was made.
-  state->SetSplit([splits, options, rank](int color, int key) -> Result<std::optional<Communicator>> {
+  state->SetSplit([splits, options, rank](int color,
+                                          int key) -> Result<std::optional<Communicator>> {
     const MPI_Comm c = *splits;
     const int bad = color < Communicator::kNoColor ? rank + 1 : 0;
     int worst = 0;
@@ -174,8 +175,7 @@ Result<Communicator> CreateMpiCommunicator(MPI_Comm comm, const CommOptions& opt
     }
     if (worst != 0) {
       return InvalidArgument(
-          bad != 0 ? "split: color (" + std::to_string(color) +
-                         ") must be >= 0, or Communicator::kNoColor (-1) for no group"
+          bad != 0 ? internal::BadSplitColor(color)
                    : "split: rank " + std::to_string(worst - 1) +
                          " rejected this call (its color is below Communicator::kNoColor)");
     }

@@ -32,7 +32,7 @@ using internal::Remaining;
 namespace {
 
 constexpr int64_t kSplitMark = 0x63686f7275735370;  // "chorusSp"
-constexpr int kWords = 4;                            // per rank: mark, step, two values
+constexpr int kWords = 4;                           // per rank: mark, step, two values
 
 // `a` + `b`, or the largest duration where that overflows (a timeout of "never").
 std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono::milliseconds b) {
@@ -41,25 +41,25 @@ std::chrono::milliseconds SaturatingAdd(std::chrono::milliseconds a, std::chrono
 
 // One of the split's all-gathers: this rank's step and values in, every rank's out. A rank in
 // another call fails the group.
-Status SplitGather(Communicator& comm, internal::CommState& state, int64_t step, int64_t a,
-                   int64_t b, std::chrono::milliseconds timeout, std::vector<int64_t>* all) {
+Status SplitGather(internal::CommState& state, int64_t step, int64_t a, int64_t b,
+                   std::chrono::milliseconds timeout, std::vector<int64_t>* all) {
   const int64_t mine[kWords] = {kSplitMark, step, a, b};
-  all->assign(static_cast<size_t>(kWords) * static_cast<size_t>(comm.size()), 0);
+  all->assign(static_cast<size_t>(kWords) * static_cast<size_t>(state.size()), 0);
   const internal::CallArgs call{CollectiveKind::kAllGather,
-                      MakeBuffer(std::span<const int64_t>(mine)),
-                      MakeBuffer(std::span<int64_t>(*all)),
-                      ReduceOp::kSum,
-                      internal::kInternalRoot,
-                      {},
-                      {}};
+                                MakeBuffer(std::span<const int64_t>(mine)),
+                                MakeBuffer(std::span<int64_t>(*all)),
+                                ReduceOp::kSum,
+                                internal::kInternalRoot,
+                                {},
+                                {}};
   if (Status s = state.Run(call, {.timeout = timeout}); !s.ok()) {
     return Status(s.code(), "split: " + s.message());
   }
-  for (int r = 0; r < comm.size(); ++r) {
+  for (int r = 0; r < state.size(); ++r) {
     const int64_t* theirs = all->data() + static_cast<size_t>(kWords) * static_cast<size_t>(r);
     if (theirs[0] != kSplitMark || theirs[1] != step) {
       Status s = FailedPrecondition(
-          "split: the ranks disagree on the call: rank " + std::to_string(comm.rank()) +
+          "split: the ranks disagree on the call: rank " + std::to_string(state.rank()) +
           " is in step " + std::to_string(step + 1) + " of a split, rank " + std::to_string(r) +
           " in another all-gather of " + std::to_string(kWords) + " int64 per rank");
       state.Fail(s);
@@ -69,7 +69,29 @@ Status SplitGather(Communicator& comm, internal::CommState& state, int64_t step,
   return Status::Ok();
 }
 
+// The new communicator of Split or Shrink: `parent`'s options, as rank `rank` of `size`, named
+// `parent`'s name and `suffix`, meeting through `parent`'s store (and keeping the store server
+// `parent` keeps alive).
+Result<Communicator> CreateChild(const internal::CommState& parent, int rank, int size,
+                                 const std::string& suffix, Deadline deadline,
+                                 std::chrono::milliseconds timeout) {
+  CommOptions o = parent.options();
+  o.rank = rank;
+  o.size = size;
+  o.store = parent.store();
+  o.store_url.clear();
+  o.host_store = false;
+  o.secret = parent.secret();
+  o.name += suffix;
+  return internal::CreateUntil(o, deadline, timeout, parent.store_server());
+}
+
 }  // namespace
+
+std::string internal::BadSplitColor(int color) {
+  return "split: color (" + std::to_string(color) +
+         ") must be >= 0, or Communicator::kNoColor (-1) for no group";
+}
 
 Result<std::optional<Communicator>> Communicator::Split(int color, int key,
                                                         const CallOptions& options) {
@@ -84,8 +106,7 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
   const std::chrono::milliseconds timeout = options.timeout.value_or(state.options().timeout);
   const Deadline deadline = internal::DeadlineAfter(timeout);
   if (color < kNoColor) {
-    const std::string reason = "split: color (" + std::to_string(color) +
-                               ") must be >= 0, or Communicator::kNoColor (-1) for no group";
+    const std::string reason = internal::BadSplitColor(color);
     Status rejected = state.RejectCall(CollectiveKind::kAllGather, reason);
     if (rejected.code() != StatusCode::kInvalidArgument) {
       return Status(rejected.code(), "split: " + rejected.message());
@@ -96,7 +117,7 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
   const int me = rank();
   const uint64_t number = state.next_call();
   std::vector<int64_t> all;
-  CHORUS_RETURN_IF_ERROR(SplitGather(*this, state, 0, color, key, timeout, &all));
+  CHORUS_RETURN_IF_ERROR(SplitGather(state, 0, color, key, timeout, &all));
 
   // The new group: ranks of this color by key, then by rank here.
   std::vector<std::pair<int64_t, int>> members;
@@ -108,17 +129,11 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
 
   std::optional<Communicator> made;
   if (color != kNoColor) {
-    CommOptions o = state.options();
-    o.rank = static_cast<int>(
-        std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == me; }) -
-        members.begin());
-    o.size = static_cast<int>(members.size());
-    o.store = state.store();
-    o.store_url.clear();
-    o.host_store = false;
-    o.secret = state.secret();
-    o.name += "#" + std::to_string(number) + "." + std::to_string(color);
-    auto created = internal::CreateUntil(o, deadline, timeout);
+    const auto mine =
+        std::find_if(members.begin(), members.end(), [&](const auto& m) { return m.second == me; });
+    auto created = CreateChild(
+        state, static_cast<int>(mine - members.begin()), static_cast<int>(members.size()),
+        "#" + std::to_string(number) + "." + std::to_string(color), deadline, timeout);
     if (!created.ok()) {
       // The split failed: so does this communicator, on every rank (their closing all-gather
       // ends at once), since the code alone must say whether it is usable.
@@ -128,14 +143,13 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
       state.Fail(s);
       return s;
     }
-    created->state_->KeepStore(state.store(), state.secret(), state.store_server());
     made = std::move(created).value();
   }
 
   // Every group was made. Ranks started the split at different times, and a rank whose group
   // took its whole timeout to meet may come late: the closing call waits as long again.
   CHORUS_RETURN_IF_ERROR(
-      SplitGather(*this, state, 1, 0, 0, SaturatingAdd(Remaining(deadline), timeout), &all));
+      SplitGather(state, 1, 0, 0, SaturatingAdd(Remaining(deadline), timeout), &all));
   return made;
 }
 
@@ -143,7 +157,8 @@ Result<std::optional<Communicator>> Communicator::Split(int color, int key,
 // digest of the excluded ranks. Every attempt uses that name: the store's meeting runs each in
 // a round of its own (core/meet.h), so a retry after a failed attempt, or a second shrink with
 // the same list, meets afresh. No call on this communicator: it may have failed.
-Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const CallOptions& options) {
+Result<Communicator> Communicator::Shrink(std::span<const int> exclude,
+                                          const CallOptions& options) {
   internal::CommState& state = *state_;
   const int n = size();
   const int me = rank();
@@ -191,26 +206,19 @@ Result<Communicator> Communicator::Shrink(std::span<const int> exclude, const Ca
   char name[32];
   std::snprintf(name, sizeof(name), "~shrink-%016llx",
                 static_cast<unsigned long long>(internal::Fnv1a(excluded)));
-  CommOptions o = state.options();
-  o.rank = static_cast<int>(std::find(keep.begin(), keep.end(), me) - keep.begin());
-  o.size = static_cast<int>(keep.size());
-  o.store = state.store();
-  o.store_url.clear();
-  o.host_store = false;
-  o.secret = state.secret();
-  o.name += name;
-  auto made = internal::CreateUntil(o, internal::DeadlineAfter(timeout), timeout);
+  auto made =
+      CreateChild(state, static_cast<int>(std::find(keep.begin(), keep.end(), me) - keep.begin()),
+                  static_cast<int>(keep.size()), name, internal::DeadlineAfter(timeout), timeout);
   if (!made.ok()) {
     // Ranks that pass different lists meet apart, and each waits for the ranks of its own.
-    return failed(Status(made.status().code(),
-                         made.status().message() +
-                             (made.status().code() == StatusCode::kDeadlineExceeded
-                                  ? " (ranks of the new communicator, leaving out " +
-                                        (excluded.empty() ? std::string("none") : excluded) +
-                                        ": do they all pass the same ranks to exclude?)"
-                                  : "")));
+    return failed(Status(
+        made.status().code(),
+        made.status().message() + (made.status().code() == StatusCode::kDeadlineExceeded
+                                       ? " (ranks of the new communicator, leaving out " +
+                                             (excluded.empty() ? std::string("none") : excluded) +
+                                             ": do they all pass the same ranks to exclude?)"
+                                       : "")));
   }
-  made->state_->KeepStore(state.store(), state.secret(), state.store_server());
   return made;
 }
 

@@ -57,14 +57,14 @@ Status ValidateBuffer(std::string_view op, const char* name, const void* data, s
   return Status::Ok();
 }
 
-namespace {
-
 bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;
   const auto x = reinterpret_cast<uintptr_t>(a);
   const auto y = reinterpret_cast<uintptr_t>(b);
   return x < y + b_bytes && y < x + a_bytes;
 }
+
+namespace {
 
 Status CheckOverlap(const Checker& check, const CollectiveInfo& c, ConstBuffer send,
                     MutableBuffer recv, bool in_place) {

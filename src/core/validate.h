@@ -33,6 +33,9 @@ CallArgs Normalized(const CallArgs& call, int rank);
 Status ValidateBuffer(std::string_view op, const char* name, const void* data, size_t count,
                       DataType dtype);
 
+// Whether two byte ranges share a byte (an empty one shares none).
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes);
+
 // OK when `options` can make a communicator of `size` ranks.
 Status ValidateCommOptions(const CommOptions& options, int size, const char* op);
 
